@@ -3,11 +3,13 @@ sampled or the logprobs reported, and the cache must respect its token budget.""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from turnrl.policy.base import Generation, SamplingParams
-from turnrl.policy.hf import HFPolicy, PrefixCache
+from turnrl.policy.hf import HFPolicy, PrefixCache, draw_noise, sample_next
 from turnrl.policy.tiny import tiny_model, train_tokenizer
 
 STOPS = tuple(range(10, 70))  # many stop ids, so that some turns stop early and some are cut
@@ -147,3 +149,74 @@ def test_weight_change_empties_the_cache(model_and_pad):
     finally:
         with torch.no_grad():
             weight.copy_(saved)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_batched_sampling_draws_what_multinomial_per_row_draws(temperature, top_p):
+    """The decode loop used to call torch.multinomial once per row; the batched argmax over
+    the same exponential draws must give the very same tokens, so seeds keep their samples."""
+    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(0)) * 3
+    gens = [torch.Generator().manual_seed(s) for s in range(6)]
+    ref_gens = [torch.Generator().manual_seed(s) for s in range(6)]
+    noise = torch.empty(6, 300)
+    for _ in range(5):
+        token, logp = sample_next(logits, temperature, top_p, draw_noise(noise, gens))
+        probs = torch.softmax(logits / temperature, -1)
+        if top_p < 1.0:
+            sorted_p, order = probs.sort(-1, descending=True)
+            sorted_p = sorted_p * (sorted_p.cumsum(-1) - sorted_p < top_p)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        ref = [int(torch.multinomial(probs[b], 1, generator=g)) for b, g in enumerate(ref_gens)]
+        assert token.tolist() == ref
+        expected = torch.log_softmax(logits / temperature, -1).gather(-1, token[:, None])
+        assert logp.tolist() == pytest.approx(expected.squeeze(-1).tolist())
+
+
+def test_top_p_samples_only_the_nucleus():
+    # probs [0.1, 0.2, 0.7]: top_p 0.6 keeps only the 0.7 token, 0.8 keeps 0.7 and 0.2.
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.7]])).expand(4000, 3)
+    noise = torch.empty(4000, 3).exponential_(generator=torch.Generator().manual_seed(0))
+    assert set(sample_next(logits, 1.0, 0.6, noise)[0].tolist()) == {2}
+    token, logp = sample_next(logits, 1.0, 0.8, noise)
+    assert set(token.tolist()) == {1, 2}
+    assert (token == 1).float().mean().item() == pytest.approx(0.2 / 0.9, abs=0.03)
+    assert logp[token == 1][0].item() == pytest.approx(float(torch.log(torch.tensor(0.2))))
+
+
+def test_sampling_frequencies_follow_the_tempered_softmax():
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(20000, 4)
+    noise = torch.empty(20000, 4).exponential_(generator=torch.Generator().manual_seed(0))
+    token, _ = sample_next(logits, 0.7, 1.0, noise)
+    freq = torch.bincount(token, minlength=4).float() / 20000
+    assert freq.tolist() == pytest.approx(torch.softmax(logits[0] / 0.7, -1).tolist(), abs=0.01)
+
+
+def test_row_samples_do_not_depend_on_batch_or_budget(model_and_pad):
+    """A row's tokens depend on its prompt and seed only: not on the other rows, nor on the
+    max_new_tokens the batcher picked for the batch (it then cuts the row to its own)."""
+    model, pad = model_and_pad
+    policy = HFPolicy(model, pad, prefix_cache_tokens=0)
+    gen = torch.Generator().manual_seed(3)
+    a, b = random_ids(gen, 40), random_ids(gen, 52)
+    both = policy.generate_batch([a, b], SamplingParams(max_new_tokens=12), [7, 8])
+    alone = policy.generate_batch([b], SamplingParams(max_new_tokens=5), [8])[0]
+    assert both[1].token_ids[:5] == alone.token_ids
+    assert both[1].logprobs[:5] == pytest.approx(alone.logprobs, abs=1e-5)
+
+
+def test_eager_attention_decodes_like_scoring(model_and_pad):
+    """Models whose attention takes no boolean mask as is get transformers' own masks; the
+    prefix-cached turns must still report the logprobs that scoring recomputes."""
+    model, pad = model_and_pad
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    policy = HFPolicy(eager, pad)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=STOPS)
+    seqs, log = play(policy, params=params)
+    assert policy.prefix_cache.hits > 0
+    scored = policy.score(seqs)
+    for r, turns in enumerate(log):
+        for start, g in turns:
+            assert scored[r][start : start + len(g.token_ids)] == pytest.approx(
+                g.logprobs, abs=1e-4
+            )

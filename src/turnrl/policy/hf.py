@@ -16,6 +16,13 @@ The decode loop writes into a preallocated ``StaticCache`` (sized prompt + max_n
 rather than a ``DynamicCache``, which copies the whole KV on every step. Models whose layers
 are not all plain full-attention layers (sliding window, linear attention) fall back to the
 model's own cache, without prefix reuse.
+
+The decode loop keeps per-step work on tensors (issue 2: on a small model the Python and
+allocation around each forward is a good part of the time): sampled ids and logprobs go to
+preallocated [B, N] buffers read once at the end; the rows are sampled by one batched argmax
+over the random draws a ``torch.multinomial`` call per row would make (so a seed gives the
+same tokens as before); with sdpa the attention mask is passed as a ready boolean view,
+updated one column per step, rather than rebuilt by transformers every step.
 """
 
 from __future__ import annotations
@@ -35,7 +42,19 @@ from turnrl.policy.base import Generation, SamplingParams
 @dataclass
 class CachedPrefix:
     tokens: list[int]  # [T]
-    kv: torch.Tensor  # [layers, 2 (key, value), T, kv_heads, head_dim]
+    kv: torch.Tensor  # [layers, 2 (key, value), kv_heads, T, head_dim]
+
+
+@dataclass
+class _Prefilled:
+    """A batch right after its prompts went through the model, ready to decode."""
+
+    cache: StaticCache | None  # None where the model keeps its own kind of cache
+    logits: torch.Tensor  # [B, V] at each row's last prompt token
+    visible: torch.Tensor  # [B, cache length] bool, the positions each row attends to
+    next_pos: torch.Tensor  # [B, 1] position id of each row's next token
+    c: list[int]  # [B] prompt tokens taken from the prefix cache
+    d: list[int]  # [B] prompt tokens run through the model
 
 
 class PrefixCache:
@@ -87,8 +106,12 @@ class PrefixCache:
             self.tokens -= len(entry.tokens)
         return entry
 
+    def fits(self, tokens: list[int]) -> bool:
+        """Whether ``put`` would keep a sequence of these tokens."""
+        return self.key_len <= len(tokens) <= self.max_tokens
+
     def put(self, tokens: list[int], kv: torch.Tensor) -> None:
-        if len(tokens) < self.key_len or len(tokens) > self.max_tokens:
+        if not self.fits(tokens):
             return
         while self.tokens + len(tokens) > self.max_tokens:
             self.pop(next(iter(self._entries)))
@@ -183,23 +206,22 @@ class HFPolicy:
         C = max(c)
         if C > 0:
             ref = next(h.kv for h in hits if h is not None)
-            L, _, _, H, hd = ref.shape
-            buf = torch.zeros((L, 2, len(hits), H, C, hd), dtype=ref.dtype, device=ref.device)
-            for b, h in enumerate(hits):
-                if h is not None and c[b] > 0:
-                    buf[:, :, b, :, C - c[b] :] = h.kv[:, :, : c[b]].transpose(2, 3)
-            for layer in range(L):
-                cache.update(buf[layer, 0], buf[layer, 1], layer)
+            _, _, H, _, hd = ref.shape
+            shape = ref.new_empty((len(hits), H, 0, hd))  # only sizes the layer's buffers
+            # Written in place, one copy per row and layer (no staging buffer, no index_copy_).
+            for layer, ly in enumerate(cache.layers):
+                ly.lazy_initialization(shape, shape)
+                for b, h in enumerate(hits):
+                    if h is not None and c[b] > 0:
+                        ly.keys[b, :, C - c[b] : C] = h.kv[layer, 0, :, : c[b]]
+                        ly.values[b, :, C - c[b] : C] = h.kv[layer, 1, :, : c[b]]
+                ly.cumulative_length.fill_(C)
         return cache
 
-    @torch.no_grad()
-    def _generate(
-        self, prompts: list[list[int]], params: SamplingParams, gens: list[torch.Generator]
-    ) -> list[Generation]:
-        was_training = self.model.training
-        self.model.eval()
-        B = len(prompts)
-        device = self.device
+    def _prefill(self, prompts: list[list[int]], extra: int) -> _Prefilled:
+        """Run each prompt's uncached suffix (its cached prefix, if any, comes from the prefix
+        cache) through the model, into a cache with room for ``extra`` more positions."""
+        B, device = len(prompts), self.device
         hits = self._take_prefixes(prompts)
         # Row b: c[b] cached tokens (at least one token is always prefilled, for its logits).
         c = [0 if h is None else min(len(h.tokens), len(p) - 1) for h, p in zip(hits, prompts)]
@@ -207,53 +229,67 @@ class HFPolicy:
         C, D = max(c), max(d)
         self.prefix_cache.hits += sum(cb > 0 for cb in c)
         self.prefix_cache.reused_tokens += sum(c)
-        # Row b of the KV and mask: [pad][c[b] cached][pad][d[b] suffix]; the holes are masked,
-        # so each row's next token sits at the last position.
+        # Row b of the KV and mask: [pad][c[b] cached][pad][d[b] suffix][decoded]; the holes
+        # are masked, so each row's next token sits at the last position.
         input_ids = torch.full((B, D), self.pad_token_id, dtype=torch.long)  # [B, D]
-        attention = torch.zeros((B, C + D), dtype=torch.long)  # [B, C + D]
+        visible = torch.zeros((B, C + D + extra), dtype=torch.bool)  # [B, C + D + extra]
         for b, p in enumerate(prompts):
             input_ids[b, D - d[b] :] = torch.tensor(p[c[b] :], dtype=torch.long)
-            attention[b, C - c[b] : C] = 1
-            attention[b, C + D - d[b] :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, C:]  # [B, D]
-        # The prefill writes C + D positions, each decode step but the last writes one.
-        cache = self._new_cache(hits, c, C + D + max(params.max_new_tokens - 1, 0))
-        stop = torch.tensor(list(params.stop_token_ids) or [-1], device=device)
-        sampled: list[list[int]] = [[] for _ in range(B)]
-        logps: list[list[float]] = [[] for _ in range(B)]
-        done = torch.zeros(B, dtype=torch.bool, device=device)
-        stopped = [False] * B
-
+            visible[b, C - c[b] : C] = True
+            visible[b, C + D - d[b] : C + D] = True
+        input_ids, visible = input_ids.to(device), visible.to(device)
+        positions = (visible[:, : C + D].long().cumsum(-1) - 1).clamp(min=0)[:, C:]  # [B, D]
         out = self.model(
             input_ids=input_ids,
-            attention_mask=attention,
+            attention_mask=visible[:, : C + D].long(),
             position_ids=positions,
-            cache=cache,
+            cache=self._new_cache(hits, c, C + D + extra),
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.cache
         logits = out.logits[:, -1, :].float()  # [B, V]
-        next_pos = positions[:, -1] + 1  # [B]
-        for step in range(params.max_new_tokens):
-            token, logp = sample_next(logits, params.temperature, params.top_p, gens)  # [B], [B]
-            was_done = done.tolist()
-            for b, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
-                if not was_done[b]:
-                    sampled[b].append(t)
-                    logps[b].append(lp)
-            hit = torch.isin(token, stop) & ~done
-            for b in hit.nonzero().flatten().tolist():
-                stopped[b] = True
-            done |= hit
-            if step == params.max_new_tokens - 1 or bool(done.all()):
+        return _Prefilled(out.cache, logits, visible, positions[:, -1:] + 1, c, d)
+
+    @torch.inference_mode()
+    def _generate(
+        self, prompts: list[list[int]], params: SamplingParams, gens: list[torch.Generator]
+    ) -> list[Generation]:
+        B, N = len(prompts), params.max_new_tokens
+        device = self.device
+        was_training = self.model.training
+        self.model.eval()
+        # The prefill writes C + D positions, each decode step but the last writes one.
+        pre = self._prefill(prompts, extra=max(N - 1, 0))
+        cache, logits, visible, next_pos = pre.cache, pre.logits, pre.visible, pre.next_pos
+        T = max(pre.c) + max(pre.d)  # where the first decoded position goes
+        draws = torch.empty((B, logits.shape[-1]))  # [B, V], refilled every step
+        stop = torch.tensor(params.stop_token_ids, device=device) if params.stop_token_ids else None
+        tokens = torch.zeros((B, N), dtype=torch.long, device=device)  # [B, N]
+        logps = torch.zeros((B, N), device=device)  # [B, N]
+        done = torch.zeros(B, dtype=torch.bool, device=device)  # [B]
+        # sdpa takes a boolean [B, 1, 1, length] mask as is: a view of ``visible`` whose next
+        # column is set each step, instead of transformers rebuilding the mask every step.
+        direct_mask = (
+            isinstance(cache, StaticCache) and self.model.config._attn_implementation == "sdpa"
+        )
+        steps = 0
+        for step in range(N):
+            noise = draw_noise(draws, gens).to(device) if params.temperature > 0 else None
+            token, logp = sample_next(logits, params.temperature, params.top_p, noise)
+            tokens[:, step], logps[:, step] = token, logp
+            steps = step + 1
+            if stop is not None:
+                done |= torch.isin(token, stop)
+                if bool(done.all()):
+                    break
+            if step == N - 1:
                 break
-            attention = torch.cat([attention, (~done).long().unsqueeze(1)], dim=1)
+            visible[:, T + step] = ~done
+            mask = visible[:, None, None, :] if direct_mask else visible[:, : T + step + 1].long()
             out = self.model(
                 input_ids=token.unsqueeze(1),
-                attention_mask=attention,
-                position_ids=next_pos.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=next_pos,
                 cache=cache,
                 use_cache=True,
             )
@@ -261,9 +297,19 @@ class HFPolicy:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         self.model.train(was_training)
+        # Each row ends at its first stop token (included), else after ``steps`` tokens.
+        tokens, logps = tokens[:, :steps], logps[:, :steps]
+        if stop is None:
+            n_kept, stopped = [steps] * B, [False] * B
+        else:
+            hit = torch.isin(tokens, stop)  # [B, steps]
+            first = torch.where(hit.any(-1), hit.int().argmax(-1) + 1, steps)  # [B]
+            n_kept, stopped = first.tolist(), hit.any(-1).tolist()
+        sampled = [row[:n] for row, n in zip(tokens.tolist(), n_kept)]
+        logprobs = [row[:n] for row, n in zip(logps.tolist(), n_kept)]
         if self.prefix_cache.max_tokens > 0 and isinstance(cache, StaticCache):
-            self._keep(prompts, sampled, cache, c, d)
-        return [Generation(sampled[b], logps[b], stopped[b], self.version) for b in range(B)]
+            self._keep(prompts, sampled, cache, pre.c, pre.d)
+        return [Generation(sampled[b], logprobs[b], stopped[b], self.version) for b in range(B)]
 
     def _keep(
         self,
@@ -276,28 +322,20 @@ class HFPolicy:
         """Store each row's KV for prompt + sampled ids (all but the last sampled id, which
         was never fed to the model), with the pad holes removed."""
         C, D = max(c), max(d)
-        n = [max(len(s) - 1, 0) for s in sampled]
-        rows = torch.cat([torch.full((c[b] + d[b] + n[b],), b) for b in range(len(prompts))])
-        slots = torch.cat(
-            [
-                torch.cat([torch.arange(C - c[b], C), torch.arange(C + D - d[b], C + D + n[b])])
-                for b in range(len(prompts))
-            ]
-        )
-        device = cache.layers[0].keys.device
-        rows, slots = rows.to(device), slots.to(device)
-        # Only the kept positions are copied: [layers, 2, sum of lengths, kv_heads, head_dim].
-        kv = torch.stack(
-            [
-                torch.stack([ly.keys[rows, :, slots], ly.values[rows, :, slots]])
-                for ly in cache.layers
-            ]
-        )
-        start = 0
+        ref = cache.layers[0].keys
+        _, H, _, hd = ref.shape
         for b, p in enumerate(prompts):
-            end = start + c[b] + d[b] + n[b]
-            self.prefix_cache.put(p + sampled[b][: n[b]], kv[:, :, start:end].clone())
-            start = end
+            n = max(len(sampled[b]) - 1, 0)
+            tokens = p + sampled[b][:n]
+            if not self.prefix_cache.fits(tokens):
+                continue
+            # [layers, 2, kv_heads, T, head_dim], one copy per row and layer
+            kv = ref.new_empty((len(cache.layers), 2, H, len(tokens), hd))
+            for layer, ly in enumerate(cache.layers):
+                for i, src in enumerate((ly.keys, ly.values)):
+                    kv[layer, i, :, : c[b]] = src[b, :, C - c[b] : C]
+                    kv[layer, i, :, c[b] :] = src[b, :, C + D - d[b] : C + D + n]
+            self.prefix_cache.put(tokens, kv)
 
     def score(self, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """Per-token logprobs of given sequences; entry t is log p(x_t | x_<t), entry 0 is 0."""
@@ -309,9 +347,14 @@ class HFPolicy:
 
 
 def sample_next(
-    logits: torch.Tensor, temperature: float, top_p: float, gens: list[torch.Generator]
+    logits: torch.Tensor, temperature: float, top_p: float, noise: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row. Returns (token [B], log_softmax(logits/T)[token] [B])."""
+    """Draw one token per row (greedy when temperature <= 0, which needs no ``noise``).
+    ``noise`` [B, V] holds Exp(1) draws; argmax(p / noise) is a
+    sample from p (the exponential form of the Gumbel-max trick), and it is what
+    ``torch.multinomial(p, 1)`` computes from the same draws, so one batched argmax gives the
+    samples that a multinomial call per row would. Returns (token [B],
+    log_softmax(logits/T)[token] [B])."""
     if temperature <= 0:
         logprobs = F.log_softmax(logits, dim=-1)  # greedy: report the untempered logprob
         token = logits.argmax(-1)
@@ -321,12 +364,17 @@ def sample_next(
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         keep = sorted_p.cumsum(-1) - sorted_p < top_p  # always keeps the top token
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    probs = probs.cpu()
-    token = torch.cat([torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(gens)])
-    token = token.to(logits.device)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
+    token = (probs / noise).argmax(-1)  # [B]
     return token, logprobs.gather(-1, token[:, None]).squeeze(-1)
+
+
+def draw_noise(noise: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+    """Fill row b of ``noise`` [B, V] (on the CPU, where the generators are) with Exp(1) draws
+    from ``gens[b]``: the draws ``torch.multinomial`` would take, in the same order."""
+    for row, g in zip(noise, gens):
+        row.exponential_(generator=g)
+    return noise
 
 
 def pad_right(
