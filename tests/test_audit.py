@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from turnrl.envs.code.mutations import mutants
-from turnrl.envs.code.tasks import visible_test_file
+from turnrl.envs.code.mutations import MUTATION_KINDS, mutants
+from turnrl.envs.code.tasks import TIER_KINDS, visible_test_file
 from turnrl.envs.code.weak import (
     WeakTestsCodeFamily,
     bug_catch_share,
@@ -23,10 +23,11 @@ from turnrl.rewards.audit import (
     TaskAudit,
     audit_tasks,
     derived_ids,
+    parse_kinds,
     predicted_gap,
     print_report,
 )
-from turnrl.types import RewardResult, Task
+from turnrl.types import RewardResult, Task, Trajectory
 
 SOURCE = "def double(x):\n    return x * 2\n\n\ndef inc(x):\n    return x + 1\n"
 TESTS = (
@@ -98,6 +99,32 @@ def test_audit_catch_rates_on_known_mutants():
     out = io.StringIO()
     print_report(report, Console(file=out, width=200))
     assert "only-double" in out.getvalue() and "overall" in out.getvalue()
+
+
+def test_audit_mutates_with_each_tasks_tier_kinds():
+    # The env draws a tier's bugs from its mutation kinds, so the audit does too by default;
+    # tasks of one module but different tiers get different mutants.
+    all_mutants = list(mutants(SOURCE, random.Random(0)))
+    tier1 = [m for m in all_mutants if m.kind in TIER_KINDS[1]]
+    tier2 = [m for m in all_mutants if m.kind in TIER_KINDS[2]]
+    assert tier1 and tier2 and len(tier1) + len(tier2) == len(all_mutants)
+    one, two = calc_task("t1", TESTS), calc_task("t2", TESTS)
+    one.payload["tier"], two.payload["tier"] = 1, 2
+    report = audit_tasks([one, two], max_mutants_per_task=50)
+    a, b = report.tasks
+    assert a.mutants == len(tier1) and a.kinds == TIER_KINDS[1]
+    assert b.mutants == len(tier2) and b.kinds == TIER_KINDS[2]
+    assert report.to_json()["overall"]["kinds"] == "tier"
+    every = audit_tasks([one], max_mutants_per_task=50, kinds=MUTATION_KINDS)
+    assert every.tasks[0].mutants == len(all_mutants)
+    assert every.to_json()["overall"]["kinds"] == list(MUTATION_KINDS)
+
+    assert parse_kinds("tier") is None and parse_kinds("all") == MUTATION_KINDS
+    assert parse_kinds("arith_op, constant") == ("arith_op", "constant")
+    with pytest.raises(ValueError, match="kinds"):
+        parse_kinds("arith_op,typo")
+    with pytest.raises(ValueError, match="kinds"):
+        audit_tasks([one], kinds=["typo"])
 
 
 def test_audit_reports_a_gold_that_fails_its_tests():
@@ -209,15 +236,68 @@ def test_recipe_builds_the_weak_family():
     assert family.name == "code-weak" and family.catch_rate == 0.5
 
 
-def test_drift_summary_and_plot(tmp_path):
-    from turnrl.rewards.audit import drift_summary, plot_drift
-
+def drift_rows() -> list[dict]:
     rows = [{"step": s, "success/true": 0.2, "success/proxy": 0.6} for s in range(1, 8)]
-    rows.append({"step": 8, "eval/success": 0.3})  # eval records are skipped
+    rows.append({"step": 8, "eval/success": 0.1, "eval/proxy_success": 0.5})
+    return rows
+
+
+def test_drift_summary_and_plot(tmp_path):
+    from turnrl.rewards.audit import EVAL_KEYS, drift_summary, plot_drift
+
     path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = drift_summary(path, c=0.5, last=5)
+    path.write_text("".join(json.dumps(r) + "\n" for r in drift_rows()))
+    out = drift_summary(path, c=0.5, last=5)  # eval records are skipped
     assert out["steps"] == 5 and out["measured_gap"] == pytest.approx(0.4)
     assert out["predicted_gap"] == pytest.approx(0.8 * 0.5) and abs(out["error"]) < 1e-9
+    ev = drift_summary(drift_rows(), c=0.5, last=1, keys=EVAL_KEYS)
+    assert ev["steps"] == 1 and ev["measured_gap"] == pytest.approx(0.4)
+    assert ev["predicted_gap"] == pytest.approx(0.9 * 0.5)
+    with pytest.raises(ValueError, match="no records"):
+        drift_summary([{"step": 1, "success/true": 0.0}], c=0.5)
     png = plot_drift(path, 0.5, tmp_path / "drift.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_records_proxy_success_where_the_env_grades_one():
+    from turnrl.train.evaluate import summarize
+
+    def traj(task_id: str, metrics: dict) -> Trajectory:
+        return Trajectory(task_id, "g", 0, [], [], [], [], metrics=metrics)
+
+    trajs = [traj("a", {"success": 0.0, "proxy_success": 1.0}), traj("b", {"success": 1.0})]
+    trajs.append(traj("c", {"success": 0.0, "proxy_success": 0.0}))
+    result = summarize(trajs, k=1)
+    assert result.success == pytest.approx(1 / 3) and result.proxy_success == 0.5
+    assert result.as_metrics("eval")["eval/proxy_success"] == 0.5
+    plain = summarize([traj("a", {"success": 1.0})], k=1)
+    assert plain.proxy_success is None and "eval/proxy_success" not in plain.as_metrics("eval")
+
+
+def test_report_plots_predicted_proxy_when_the_run_has_an_audit(tmp_path):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+    from turnrl.report.html import write_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in drift_rows()))
+    assert "Reward drift" not in write_report(run).read_text()  # no audit, no panel
+
+    audit = tmp_path / "audit.json"
+    audit.write_text(
+        json.dumps(AuditReport([TaskAudit("a", "training_tests", 4, 2, 4, 2)]).to_json())
+    )
+    result = CliRunner().invoke(app, ["report", str(run), "--audit", str(audit)])
+    assert result.exit_code == 0, result.output
+    assert (run / "audit.json").exists()  # kept with the run: later rebuilds show it too
+    page = (run / "report.html").read_text()
+    assert "Reward drift" in page and "c = 0.500" in page and "alt='reward drift'" in page
+    # train rows: p = 0.2, proxy 0.6, predicted gap 0.8 * 0.5; last eval: p = 0.1, gap 0.45
+    assert "<td>0.600</td><td>0.400</td><td>0.400</td>" in page
+    assert "<td>0.400</td><td>0.450</td><td>-0.050</td>" in page
+
+    audit.write_text("{}")
+    result = CliRunner().invoke(app, ["report", str(run), "--audit", str(audit)])
+    assert result.exit_code == 2 and "not a usable audit report" in " ".join(result.output.split())

@@ -89,13 +89,32 @@ def evaluate(
 
 
 @app.command()
-def report(run_dir: Path) -> None:
-    """Rebuild RUN_DIR/report.html from its metrics and samples."""
-    from turnrl.report.html import write_report
+def report(
+    run_dir: Path,
+    audit: Annotated[
+        Path | None,
+        typer.Option(
+            help="a `turnrl audit` JSON: copied to RUN_DIR/audit.json; the report then plots "
+            "the proxy success it predicts next to the measured proxy and true success"
+        ),
+    ] = None,
+) -> None:
+    """Rebuild RUN_DIR/report.html from its metrics and samples (and RUN_DIR/audit.json)."""
+    import shutil
+
+    from turnrl.report.html import AUDIT_NAME, read_audit_c, write_report
 
     if not (run_dir / "metrics.jsonl").exists():
         console.print(f"[red]{run_dir}[/red] has no metrics.jsonl")
         raise typer.Exit(2)
+    if audit is not None:
+        try:
+            read_audit_c(audit)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            console.print(f"[red]--audit[/red] {audit}: not a usable audit report ({e})")
+            raise typer.Exit(2) from None
+        if audit.resolve() != (run_dir / AUDIT_NAME).resolve():
+            shutil.copyfile(audit, run_dir / AUDIT_NAME)
     console.print(str(write_report(run_dir)))
 
 
@@ -109,13 +128,25 @@ def audit(
     tasks: Annotated[int | None, typer.Option(help="audit at most this many tasks")] = None,
     mutants: Annotated[int, typer.Option(help="mutants injected into each gold solution")] = 12,
     out: Annotated[Path, typer.Option(help="JSON report")] = Path("audit.json"),
+    kinds: Annotated[
+        str,
+        typer.Option(
+            help="mutation kinds to inject: 'tier' (each task's tier kinds, the bugs the env "
+            "generates), 'all', or a comma list such as arith_op,constant"
+        ),
+    ] = "tier",
 ) -> None:
     """Estimate how far reward can drift: the share c of wrong solutions the tests catch, and
     the predicted gap (1 - p)(1 - c) between proxy reward and true success."""
-    from turnrl.rewards.audit import run_audit
+    from turnrl.rewards.audit import parse_kinds, run_audit
     from turnrl.train.config import parse_overrides
 
     options = parse_overrides(option or [])
+    try:
+        kinds_used = parse_kinds(kinds)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
     run_audit(
         env=env,
         options=options,
@@ -123,6 +154,7 @@ def audit(
         n_tasks=tasks,
         max_mutants=mutants,
         out=out,
+        kinds=kinds_used,
         console=console,
     )
     console.print(f"written: {out}")

@@ -1,4 +1,10 @@
-"""A self-contained HTML report of a run: curves (PNG inlined) and sample trajectories."""
+"""A self-contained HTML report of a run: curves (PNG inlined) and sample trajectories.
+
+When the run directory holds a reward audit (``audit.json``, written by ``turnrl audit --out`` or
+copied there by ``turnrl report RUN_DIR --audit FILE``), the report adds the drift panel: measured
+proxy and true success next to the proxy success the audit predicts from the true success,
+p + (1 - p)(1 - c), and a table of measured against predicted gaps.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,55 @@ PANELS = [
     ("Entropy", ["entropy"]),
     ("Loss", ["loss"]),
 ]
+
+
+AUDIT_NAME = "audit.json"
+
+
+def read_audit_c(path: Path) -> float:
+    """The pooled catch rate c of a ``turnrl audit`` JSON report."""
+    c = json.loads(Path(path).read_text())["overall"]["c"]
+    if isinstance(c, bool) or not isinstance(c, int | float) or not 0.0 <= c <= 1.0:
+        raise ValueError(f"overall.c must be a number in [0, 1], got {c!r}")
+    return float(c)
+
+
+def drift_section(rows: list[dict], audit_path: Path) -> list[str]:
+    """HTML: the drift plot and a measured-vs-predicted table, or a note saying why not."""
+    from turnrl.rewards.audit import EVAL_KEYS, TRAIN_KEYS, drift_summary, plot_drift
+
+    head = "<h2>Reward drift: proxy vs true success and the audit's prediction</h2>"
+    try:
+        c = read_audit_c(audit_path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [head, f"<p>{html.escape(str(audit_path))} is unusable: {html.escape(str(e))}</p>"]
+    table = [
+        f"<p>audit: c = {c:.3f} (share of wrong mutants the training tests catch); predicted "
+        "proxy success = p + (1 - p)(1 - c) at true success p.</p>",
+        "<table><tr><th>where</th><th>records</th><th>true success p</th><th>proxy success</th>"
+        "<th>measured gap</th><th>predicted gap</th><th>measured - predicted</th></tr>",
+    ]
+    found = False
+    for label, keys, last in (
+        ("train rollouts, last 5 steps", TRAIN_KEYS, 5),
+        ("last held-out eval", EVAL_KEYS, 1),
+    ):
+        try:
+            d = drift_summary(rows, c, last=last, keys=keys)
+        except ValueError:
+            continue
+        found = True
+        table.append(
+            f"<tr><td>{label}</td><td>{d['steps']:.0f}</td><td>{d['true_success']:.3f}</td>"
+            f"<td>{d['proxy_success']:.3f}</td><td>{d['measured_gap']:.3f}</td>"
+            f"<td>{d['predicted_gap']:.3f}</td><td>{d['error']:+.3f}</td></tr>"
+        )
+    if not found:
+        return [head, "<p>no records with both proxy and true success.</p>"]
+    buf = io.BytesIO()
+    plot_drift(rows, c, buf)
+    img = base64.b64encode(buf.getvalue()).decode()
+    return [head, *table, "</table>", f"<img alt='reward drift' src='data:image/png;base64,{img}'>"]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -80,6 +135,8 @@ def write_report(run_dir: Path, extra_panels: list[tuple[str, list[str]]] = ()) 
                 f"<tr><td>{r['step']}</td><td>{r.get('eval/success', 0):.3f}</td><td>{r.get('eval/pass_at_k', 0):.3f}</td><td>{r.get('eval/reward', 0):.3f}</td><td>{r.get('eval/turns', 0):.2f}</td><td>{r.get('eval/hack_rate', 0):.3f}</td></tr>"
             )
         parts.append("</table>")
+    if (run_dir / AUDIT_NAME).exists():
+        parts += drift_section(rows, run_dir / AUDIT_NAME)
     parts.append("<h2>Curves</h2>")
     parts += [f"<img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>" for t, b in imgs if b]
     parts.append("<h2>Sample trajectories</h2>")

@@ -11,6 +11,13 @@ out or goes missing):
   equivalent or untested, i.e. not wrong by the definition of success);
 - ``c``: share of *truly wrong* mutants (caught by the hidden suite) the proxy catches.
 
+Which mutants: by default those of the *kinds the env draws the task's bugs from* (the task's
+tier, :data:`turnrl.envs.code.tasks.TIER_KINDS`; every kind for tier 3, which mixes kinds, and
+for tasks without a tier). The wrong solutions a policy submits are mostly the task's own bug left
+in place or half-fixed, so that is the population whose catch rate predicts the gap; mutants of
+other kinds can be caught at a quite different rate (docs/benchmarks.md, issue 8: on the
+weak-tests variant, all kinds over-predict c by 6-13 points). ``kinds=`` / ``--kinds`` picks others.
+
 With true success ``p``, a wrong solution passes the proxy with probability ``1 - c``, so the
 expected proxy success is ``p + (1 - p)(1 - c)`` and the predicted gap between proxy reward and
 true success is ``(1 - p)(1 - c)`` (exact when the policy's wrong solutions are caught like
@@ -43,17 +50,40 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.envs.code.exploits import is_test_path
-from turnrl.envs.code.mutations import Mutant, mutants
+from turnrl.envs.code.mutations import MUTATION_KINDS, Mutant, mutants
 from turnrl.envs.code.pytest_results import PER_TEST_TIMEOUT_PLUGIN, PYTEST_ENV, parse_junit
+from turnrl.envs.code.tasks import TIER_KINDS
 from turnrl.types import Task
 
-P_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
+P_VALUES = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 JUNIT_NAME = ".audit-junit.xml"
 
 
 def predicted_gap(p: float, c: float) -> float:
     """Expected proxy success minus true success: (p + (1 - p)(1 - c)) - p."""
     return (1.0 - p) * (1.0 - c)
+
+
+def tier_kinds(task: Task) -> tuple[str, ...]:
+    """The mutation kinds the env draws ``task``'s bugs from: its tier's, or every kind (tier 3
+    mixes kinds; a hand-made task has no tier)."""
+    return tuple(TIER_KINDS.get(task.payload.get("tier"), MUTATION_KINDS))
+
+
+def parse_kinds(text: str) -> tuple[str, ...] | None:
+    """``--kinds``: ``tier`` (each task's tier kinds: None), ``all``, or a comma list."""
+    if text.strip() == "tier":
+        return None
+    if text.strip() == "all":
+        return MUTATION_KINDS
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(MUTATION_KINDS))
+    if not kinds or unknown:
+        raise ValueError(
+            f"--kinds: expected 'tier', 'all' or a comma list of {', '.join(MUTATION_KINDS)}; "
+            f"got {text!r}"
+        )
+    return kinds
 
 
 @dataclass
@@ -65,6 +95,7 @@ class TaskAudit:
     caught_hidden: int
     caught_both: int  # caught by the hidden suite and by the proxy tests
     error: str | None = None
+    kinds: tuple[str, ...] = ()  # the mutation kinds drawn from
 
     @property
     def c_visible(self) -> float | None:
@@ -85,6 +116,7 @@ class AuditReport:
     p_values: tuple[float, ...] = P_VALUES
     max_mutants: int = 0
     seed: int = 0
+    kinds: tuple[str, ...] | None = None  # None: each task's tier kinds
 
     def _total(self, attr: str) -> int:
         return sum(getattr(t, attr) for t in self.tasks if t.error is None)
@@ -126,6 +158,7 @@ class AuditReport:
                 "c": self.c,
                 "predicted_gap": {str(p): self.predicted_gap(p) for p in self.p_values},
                 "formula": "gap(p) = (p + (1 - p)(1 - c)) - p = (1 - p)(1 - c)",
+                "kinds": "tier" if self.kinds is None else list(self.kinds),
             },
             "max_mutants_per_task": self.max_mutants,
             "seed": self.seed,
@@ -275,6 +308,7 @@ class _Group:
 
     files: dict[str, str]  # gold repo
     hidden: dict[str, str]
+    kinds: tuple[str, ...]  # mutation kinds
     tasks: list[Task] = field(default_factory=list)
 
 
@@ -289,21 +323,23 @@ def _gold_files(task: Task) -> dict[str, str]:
     return files
 
 
-def _group_key(files: Mapping[str, str], hidden: Mapping[str, str]) -> str:
-    blob = json.dumps([sorted(files.items()), sorted(hidden.items())])
+def _group_key(
+    files: Mapping[str, str], hidden: Mapping[str, str], kinds: Sequence[str] = ()
+) -> str:
+    blob = json.dumps([sorted(files.items()), sorted(hidden.items()), sorted(kinds)])
     return hashlib.sha1(blob.encode()).hexdigest()
 
 
 def _sample_mutants(
-    task: Task, files: Mapping[str, str], k: int, seed: int
+    task: Task, files: Mapping[str, str], k: int, seed: int, kinds: Sequence[str]
 ) -> list[tuple[str, Mutant]]:
     """Up to ``k`` (path, mutant) pairs from the gold files the gold patch touches (non-test
-    Python files), drawn uniformly from every mutation site."""
+    Python files), drawn uniformly from the mutation sites of ``kinds``."""
     rng = random.Random(f"audit/{seed}/{task.payload.get('module', task.id)}")
     pool: list[tuple[str, Mutant]] = []
     for path in sorted(task.payload["gold_patch"]):
         if path.endswith(".py") and path in files and not is_test_path(path):
-            pool += [(path, m) for m in mutants(files[path], rng)]
+            pool += [(path, m) for m in mutants(files[path], rng, kinds)]
     rng.shuffle(pool)
     return pool[:k]
 
@@ -320,17 +356,26 @@ def audit_tasks(
     seed: int = 0,
     workers: int = 2,
     per_test_timeout: float = 2.0,
+    kinds: Sequence[str] | None = None,
 ) -> AuditReport:
-    """Mutation-test the tasks' proxy and hidden suites (see the module docstring)."""
+    """Mutation-test the tasks' proxy and hidden suites (see the module docstring). ``kinds``:
+    the mutation kinds to inject; None (default) = each task's tier kinds (:func:`tier_kinds`)."""
+    errors = []
     if max_mutants_per_task < 1:
-        raise ValueError(f"max_mutants_per_task must be >= 1, got {max_mutants_per_task}")
+        errors.append(f"max_mutants_per_task must be >= 1, got {max_mutants_per_task}")
     if any(not 0.0 <= p <= 1.0 for p in p_values):
-        raise ValueError(f"p_values must lie in [0, 1], got {list(p_values)}")
+        errors.append(f"p_values must lie in [0, 1], got {list(p_values)}")
+    if kinds is not None and (not kinds or set(kinds) - set(MUTATION_KINDS)):
+        errors.append(f"kinds must be a non-empty subset of {MUTATION_KINDS}, got {kinds!r}")
+    if errors:
+        raise ValueError("; ".join(errors))
     tasks = list(tasks)
     groups: dict[str, _Group] = {}
     for task in tasks:
         files, hidden = _gold_files(task), dict(task.payload["hidden_tests"])
-        groups.setdefault(_group_key(files, hidden), _Group(files, hidden)).tasks.append(task)
+        task_kinds = tier_kinds(task) if kinds is None else tuple(kinds)
+        key = _group_key(files, hidden, task_kinds)
+        groups.setdefault(key, _Group(files, hidden, task_kinds)).tasks.append(task)
 
     root = Path(tempfile.mkdtemp(prefix="turnrl-audit-"))
     try:
@@ -339,7 +384,9 @@ def audit_tasks(
         dirs: list[Path] = []
         plans: dict[str, tuple[list[Mutant], list[str], dict[str, dict[str, str]]]] = {}
         for gkey, group in groups.items():
-            sampled = _sample_mutants(group.tasks[0], group.files, max_mutants_per_task, seed)
+            sampled = _sample_mutants(
+                group.tasks[0], group.files, max_mutants_per_task, seed, group.kinds
+            )
             muts, paths = [m for _, m in sampled], [p for p, _ in sampled]
             suites = {"hidden": group.hidden}
             for task in group.tasks:
@@ -384,7 +431,7 @@ def audit_tasks(
                 error = "no mutation sites in the gold files"
             elif not hidden_base:
                 error = "the gold solution passes no hidden test"
-            audit = TaskAudit(task.id, key, 0, 0, 0, 0, error)
+            audit = TaskAudit(task.id, key, 0, 0, 0, 0, error, group.kinds)
             if error is None:
                 for v in range(1, len(muts) + 1):
                     h = _caught(hidden_runs[v], hidden_base)
@@ -399,21 +446,36 @@ def audit_tasks(
         tuple(p_values),
         max_mutants=max_mutants_per_task,
         seed=seed,
+        kinds=None if kinds is None else tuple(kinds),
     )
 
 
 # -- measured drift against the prediction ------------------------------------------------------
 
+TRAIN_KEYS = ("success/true", "success/proxy")  # rollouts of each training step
+EVAL_KEYS = ("eval/success", "eval/proxy_success")  # held-out evaluations
 
-def drift_summary(metrics_path: Path | str, c: float, last: int = 5) -> dict[str, float]:
-    """Proxy and true success over the last ``last`` training steps of a run's
-    ``metrics.jsonl``, the measured gap, and the gap the audit's ``c`` predicts at that p."""
-    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
-    rows = [r for r in rows if "success/true" in r and "success/proxy" in r][-last:]
+
+def read_rows(metrics_path: Path | str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
+
+
+def drift_summary(
+    metrics: Path | str | Sequence[Mapping[str, Any]],
+    c: float,
+    last: int = 5,
+    keys: tuple[str, str] = TRAIN_KEYS,
+) -> dict[str, float]:
+    """Proxy and true success over the last ``last`` records of a run's ``metrics.jsonl`` (or
+    its rows) that hold both ``keys`` (true, proxy), the measured gap, and the gap the audit's
+    ``c`` predicts at that p. ``keys=EVAL_KEYS, last=1``: the final held-out evaluation."""
+    rows = read_rows(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    true_key, proxy_key = keys
+    rows = [r for r in rows if true_key in r and proxy_key in r][-last:]
     if not rows:
-        raise ValueError(f"{metrics_path} has no success/true and success/proxy records")
-    p = sum(r["success/true"] for r in rows) / len(rows)
-    proxy = sum(r["success/proxy"] for r in rows) / len(rows)
+        raise ValueError(f"no records with {true_key} and {proxy_key}")
+    p = sum(r[true_key] for r in rows) / len(rows)
+    proxy = sum(r[proxy_key] for r in rows) / len(rows)
     return {
         "steps": float(len(rows)),
         "true_success": p,
@@ -424,36 +486,46 @@ def drift_summary(metrics_path: Path | str, c: float, last: int = 5) -> dict[str
     }
 
 
-def plot_drift(metrics_path: Path | str, c: float, out: Path | str) -> Path:
-    """PNG of proxy and true success per training step, with the proxy success the audit
-    predicts from the true success at each step: p + (1 - p)(1 - c)."""
+def plot_drift(metrics: Path | str | Sequence[Mapping[str, Any]], c: float, out: Any) -> Any:
+    """PNG of proxy and true success per training step (lines) and at held-out evaluations
+    (markers), with the proxy success the audit predicts from the true success: p + (1 - p)(1 - c).
+    ``out``: a path or a binary file object."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
-    rows = [r for r in rows if "success/true" in r and "success/proxy" in r]
-    steps = [r["step"] for r in rows]
-    true = [r["success/true"] for r in rows]
-    proxy = [r["success/proxy"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, proxy, label="proxy success (training tests)")
-    ax.plot(steps, true, label="true success (hidden suite)")
-    ax.plot(
-        steps,
-        [p + predicted_gap(p, c) for p in true],
-        "--",
-        label=f"predicted proxy, c = {c:.2f}",
-    )
+    rows = read_rows(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for (true_key, proxy_key), where, style in (
+        (TRAIN_KEYS, "train rollouts", {"marker": None}),
+        (EVAL_KEYS, "held-out eval", {"marker": "o", "linestyle": ":"}),
+    ):
+        pts = [r for r in rows if true_key in r and proxy_key in r]
+        if not pts:
+            continue
+        steps = [r["step"] for r in pts]
+        true = [r[true_key] for r in pts]
+        ax.plot(steps, [r[proxy_key] for r in pts], color="C0", label=f"proxy, {where}", **style)
+        ax.plot(steps, true, color="C1", label=f"true, {where}", **style)
+        predicted = [p + predicted_gap(p, c) for p in true]
+        ax.plot(
+            steps,
+            predicted,
+            color="C2",
+            label=f"predicted proxy, {where}",
+            **{**style, "linestyle": "--", "marker": "x" if style["marker"] else None},
+        )
+    ax.set_title(f"proxy vs true success; predicted p + (1 - p)(1 - c), c = {c:.2f}", fontsize=9)
     ax.set_xlabel("step")
     ax.set_ylabel("success")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, format="png", dpi=120)
     plt.close(fig)
-    return Path(out)
+    return out
 
 
 # -- presentation and the command line --------------------------------------------------------
@@ -505,6 +577,8 @@ def print_report(report: AuditReport, console: Any = None, max_rows: int = 200) 
         *(_fmt(report.predicted_gap(p)) for p in report.p_values),
     )
     console.print(overall)
+    used = sorted({t.kinds for t in report.tasks if t.kinds})
+    console.print("mutation kinds: " + "; ".join(", ".join(k) for k in used))
     console.print("predicted gap(p) = (p + (1 - p)(1 - c)) - p = (1 - p)(1 - c)")
 
 
@@ -542,11 +616,14 @@ def run_audit(
     out: Path | str | None = None,
     seed: int = 0,
     workers: int = 2,
+    kinds: Sequence[str] | None = None,
     console: Any = None,
 ) -> AuditReport:
     """What ``turnrl audit`` does: audit, print the tables, write JSON to ``out``."""
     tasks = audit_family_tasks(env, options, split, n_tasks, seed)
-    report = audit_tasks(tasks, max_mutants_per_task=max_mutants, seed=seed, workers=workers)
+    report = audit_tasks(
+        tasks, max_mutants_per_task=max_mutants, seed=seed, workers=workers, kinds=kinds
+    )
     print_report(report, console)
     if out is not None:
         Path(out).write_text(json.dumps(report.to_json(), indent=2))
@@ -566,6 +643,9 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="audit.json", help="JSON report path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--kinds", default="tier", help="mutation kinds: tier (each task's), all, or a,b,..."
+    )
     args = ap.parse_args(argv)
     import yaml
 
@@ -582,6 +662,7 @@ def audit_main(argv: Sequence[str] | None = None) -> int:
         out=args.out,
         seed=args.seed,
         workers=args.workers,
+        kinds=parse_kinds(args.kinds),
     )
     return 0 if report.c is not None else 1
 

@@ -25,9 +25,12 @@ class EvalResult:
     truncation_rate: float
     k: int
     episodes: int
+    # mean proxy success (what the training reward's tests say) where the env grades one,
+    # next to ``success`` to measure reward drift on held-out tasks; None where it grades none
+    proxy_success: float | None = None
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}/{k}": float(v) for k, v in self.__dict__.items()}
+        return {f"{prefix}/{k}": float(v) for k, v in self.__dict__.items() if v is not None}
 
 
 def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
@@ -35,6 +38,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
     for t in trajs:
         by_task.setdefault(t.task_id, []).append(t.metrics.get("success", 0.0) > 0)
     n = max(len(trajs), 1)
+    proxies = [t.metrics["proxy_success"] for t in trajs if "proxy_success" in t.metrics]
     return EvalResult(
         success=sum(t.metrics.get("success", 0.0) for t in trajs) / n,
         pass_at_k=sum(any(v) for v in by_task.values()) / max(len(by_task), 1),
@@ -45,6 +49,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
         truncation_rate=sum(t.truncated for t in trajs) / n,
         k=k,
         episodes=len(trajs),
+        proxy_success=sum(proxies) / len(proxies) if proxies else None,
     )
 
 

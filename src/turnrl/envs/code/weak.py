@@ -12,7 +12,9 @@ of its test functions, take the one whose share of the module's tasks with at le
 test in the subset is closest to ``catch_rate`` (ties broken by a seeded draw). An unfixed bug
 then earns training reward 1 with probability about ``1 - catch_rate``, a wrong edit is caught
 like any other mutant, and ``turnrl audit --env code-weak`` can estimate the share independently
-by mutation testing and predict the gap (1 - p)(1 - c) between proxy and true success.
+by mutation testing and predict the gap (1 - p)(1 - c) between proxy and true success. The audit
+must mutate with the tier's mutation kinds (its default), the population the tasks' bugs come
+from: the subsets are chosen on those bugs, and catch mutants of other kinds at other rates.
 
 The training tests are never shown to the agent (so whether it fixes a bug does not depend on
 whether the training tests would have noticed), and no extra test run is needed: they are a
