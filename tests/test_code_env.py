@@ -102,7 +102,7 @@ def test_reset_workspace_has_repo_and_visible_tests_only():
             assert files == ["calc.py", "test_calc.py"]
             assert (env.workspace / "test_calc.py").read_text() == VISIBLE
             assert "test_add_more" not in env.list_files()
-            assert "edit_file" in env.instructions and "submit" in env.instructions
+            assert "run_tests()" in env.instructions and "submit()" in env.instructions
         finally:
             await env.close()
         assert env.workspace is None
@@ -363,6 +363,25 @@ def test_family_tasks_deterministic_and_disjoint():
     ]
     easy = CodeFamily(tiers=[1]).tasks("train")
     assert easy and all(t.payload["tier"] == 1 for t in easy)
+    micro = CodeFamily(tiers=[0], holdout="bug")
+    micro_train, micro_test = micro.tasks("train"), micro.tasks("test")
+    assert (
+        micro_train and micro_test and not {t.id for t in micro_train} & {t.id for t in micro_test}
+    )
+    assert all(t.payload["tier"] == 0 for t in micro_train + micro_test)
+
+
+@pytest.mark.slow
+def test_expert_solves_micro_tasks():
+    fam = CodeFamily(tiers=[0])
+    tasks = fam.tasks("train", n=6) + fam.tasks("test", n=2)
+
+    async def go():
+        return await asyncio.gather(
+            *(run_scripted(fam.make_env(), t, fam.expert(t), max_turns=8) for t in tasks)
+        )
+
+    assert all(e.result.success and not e.result.flags for e in asyncio.run(go()))
 
 
 @pytest.mark.slow

@@ -235,3 +235,19 @@ def test_smollm2_with_lora_trains_two_steps(tmp_path):
 
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
     assert state["model"] and all("lora_" in k for k in state["model"])  # only adapters are saved
+
+
+def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
+    from turnrl.chat import HermesToolCallParser
+    from turnrl.policy.tiny import train_tokenizer
+    from turnrl.types import ToolCall
+
+    parser = HermesToolCallParser()
+    calls = [ToolCall("run_tests", {}), ToolCall("read_file", {"path": "area.py"})]
+    tok = train_tokenizer(
+        [parser.format([c]) for c in calls] * 20, vocab_size=400, extra_tokens=["run_tests"]
+    )
+    text = parser.format([calls[0]])
+    ids = tok.encode(text, add_special_tokens=False)
+    assert len(ids) == 4 and tok.decode(ids) == text  # frame, name, frame, frame
+    assert parser.parse(tok.decode(tok.encode(parser.format([calls[1]])))) == [calls[1]]

@@ -13,8 +13,17 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
-# Frequent structural strings become single (non-special) tokens.
-ADDED_TOKENS = ["<tool_call>", "</tool_call>"]
+# Frequent structural strings become single (non-special) tokens: the tags and the JSON frame
+# of a compact Hermes tool call, ``<tool_call>{"name":"NAME","arguments":{...}}</tool_call>``
+# (byte-level BPE cannot merge across punctuation, so without these the frame alone costs a
+# tiny model ~10 tokens to learn per call).
+ADDED_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    '<tool_call>{"name":"',
+    '","arguments":{',
+    "}}</tool_call>",
+]
 
 # ChatML. Tools (when given) are listed in the system turn as one signature line each,
 # ``- name(arg, arg): description``: a few tokens per tool instead of a JSON schema, which
@@ -33,8 +42,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
-    """Byte-level BPE over ``texts`` with the ChatML specials and the tiny chat template."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2048, extra_tokens: Iterable[str] = ()
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE over ``texts`` with the ChatML specials and the tiny chat template;
+    ``extra_tokens`` (e.g. the env's tool names) become single tokens too."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -53,7 +65,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedT
         bos_token=None,
     )
     fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    fast.add_tokens(ADDED_TOKENS)
+    fast.add_tokens(ADDED_TOKENS + [t for t in extra_tokens if t not in ADDED_TOKENS])
     fast.chat_template = CHAT_TEMPLATE
     return fast
 

@@ -81,7 +81,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 1,
+                "v": 2,
             },
             sort_keys=True,
         ).encode()
@@ -94,12 +94,18 @@ def _tiny_with_warm_start(
         return LlamaForCausalLM.from_pretrained(cache), load_tiny_tokenizer(cache)
     t0 = time.monotonic()
     episodes = _demonstrations(cfg, family, train_tasks)
+    parser = HermesToolCallParser()
     texts = []
     for ep in episodes:
         texts += [ep.instructions, ep.first_message] + ep.observations
-        texts += [json.dumps({"name": c.name, "arguments": c.arguments}) for c in ep.calls]
-    texts += [json.dumps(t["function"]) for t in episodes[0].tools] if episodes else []
-    tok = train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
+        texts += [parser.format([c]) for c in ep.calls]  # exactly the text the model writes
+    tools = episodes[0].tools if episodes else []
+    texts += [json.dumps(t["function"]) for t in tools]
+    tok = train_tokenizer(
+        texts,
+        vocab_size=cfg.model.vocab_size,
+        extra_tokens=[t["function"]["name"] for t in tools],
+    )
     log(
         f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} scripted episodes in {time.monotonic() - t0:.0f}s"
     )

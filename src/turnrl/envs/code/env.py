@@ -27,12 +27,9 @@ from turnrl.sandbox import Limits, run_in_sandbox
 from turnrl.types import RewardResult, Task
 
 INSTRUCTIONS = (
-    "You fix a bug in a small Python repository. Tools: list_files(); "
-    "read_file(path, start_line, end_line) shows numbered lines; "
-    "edit_file(path, old, new) replaces the exact text old, which must occur once; "
-    "write_file(path, content); run(command) runs a shell command; "
-    "run_tests() runs the visible tests; submit() ends the episode. "
-    "Fix the code, not the tests: hidden tests grade your fix."
+    "You fix a bug in a small Python repository: read the code, run the visible tests, edit "
+    "the code, check with run_tests(), then submit(). Fix the code, not the tests: hidden "
+    "tests grade your fix."
 )
 
 # Noise that would make identical states look different (GiGPO anchors) or waste tokens.
@@ -295,7 +292,8 @@ def bug_holdout_split(tiers: tuple[int, ...]) -> list[Task]:
 class CodeFamily:
     """Options:
 
-    * ``tiers``: task difficulty tiers to use (1 easy .. 3 hard), default all;
+    * ``tiers``: task difficulty tiers to use (0 micro, 1 easy .. 3 hard), default 1-3; tier 0
+      (one-function micro modules) is for tiny models, as in the default run;
     * ``penalty``: reward of an episode with an exploit flag (default 0.0);
     * ``max_obs_chars``: cap on one observation, with a visible truncation marker;
     * ``limits``: sandbox limits for the agent's commands, a dict of ``Limits`` fields (the
@@ -325,8 +323,8 @@ class CodeFamily:
         if visible_fraction is not None and not 0.0 < visible_fraction <= 1.0:
             errors.append(f"visible_fraction must be in (0, 1] or None, got {visible_fraction}")
         tiers = tuple(tiers)
-        if not tiers or any(t not in (1, 2, 3) for t in tiers):
-            errors.append(f"tiers must be a non-empty subset of (1, 2, 3), got {tiers}")
+        if not tiers or any(t not in (0, 1, 2, 3) for t in tiers):
+            errors.append(f"tiers must be a non-empty subset of (0, 1, 2, 3), got {tiers}")
         if not isinstance(penalty, int | float):
             errors.append(f"penalty must be a number, got {penalty!r}")
         if not isinstance(max_obs_chars, int) or max_obs_chars < 200:

@@ -1,0 +1,2 @@
+def between(x, low, high):
+    return low <= x and x <= high

@@ -1,0 +1,2 @@
+def century(year):
+    return (year + 99) // 100

@@ -1,0 +1,2 @@
+def fahrenheit(celsius):
+    return celsius * 9 // 5 + 32

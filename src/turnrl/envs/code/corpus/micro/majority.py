@@ -1,0 +1,2 @@
+def majority(a, b, c):
+    return a and b or b and c or a and c

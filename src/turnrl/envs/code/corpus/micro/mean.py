@@ -1,0 +1,2 @@
+def mean(a, b, c):
+    return (a + b + c) // 3

@@ -1,0 +1,2 @@
+def minutes(seconds):
+    return (seconds + 30) // 60

@@ -1,0 +1,4 @@
+def shipping(total):
+    if total >= 50:
+        return 0
+    return 5

@@ -1,0 +1,2 @@
+def sign(n):
+    return (n > 0) - (n < 0)

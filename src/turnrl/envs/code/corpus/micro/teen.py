@@ -1,0 +1,2 @@
+def teen(age):
+    return age >= 13 and age <= 19

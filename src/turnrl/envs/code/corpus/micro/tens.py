@@ -1,0 +1,2 @@
+def tens(n):
+    return n // 10 % 10

@@ -1,0 +1,2 @@
+def timer(seconds):
+    return seconds // 60, seconds % 60
