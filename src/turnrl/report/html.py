@@ -19,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from turnrl.train.metrics import read_jsonl  # noqa: E402
+
 PANELS = [
     ("Reward", ["reward/mean"]),
     (
@@ -83,11 +85,6 @@ def drift_section(rows: list[dict], audit_path: Path) -> list[str]:
     return [head, *table, "</table>", f"<img alt='reward drift' src='data:image/png;base64,{img}'>"]
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
-
-
 def _plot(title: str, keys: list[str], rows: list[dict]) -> str | None:
     series = {k: [(r["step"], r[k]) for r in rows if k in r] for k in keys}
     if not any(series.values()):
@@ -109,14 +106,9 @@ def _plot(title: str, keys: list[str], rows: list[dict]) -> str | None:
 
 
 def write_report(run_dir: Path, extra_panels: list[tuple[str, list[str]]] = ()) -> Path:
-    rows = read_metrics(run_dir)
+    rows = read_jsonl(run_dir / "metrics.jsonl")
     imgs = [(t, _plot(t, k, rows)) for t, k in [*PANELS, *extra_panels]]
-    samples_path = run_dir / "samples.jsonl"
-    samples = (
-        [json.loads(ln) for ln in samples_path.read_text().splitlines() if ln]
-        if samples_path.exists()
-        else []
-    )
+    samples = read_jsonl(run_dir / "samples.jsonl")
     config = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
     parts = [

@@ -53,6 +53,7 @@ from turnrl.envs.code.exploits import is_test_path
 from turnrl.envs.code.mutations import MUTATION_KINDS, Mutant, mutants
 from turnrl.envs.code.pytest_results import PER_TEST_TIMEOUT_PLUGIN, PYTEST_ENV, parse_junit
 from turnrl.envs.code.tasks import TIER_KINDS
+from turnrl.train.metrics import read_jsonl
 from turnrl.types import Task
 
 P_VALUES = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
@@ -456,10 +457,6 @@ TRAIN_KEYS = ("success/true", "success/proxy")  # rollouts of each training step
 EVAL_KEYS = ("eval/success", "eval/proxy_success")  # held-out evaluations
 
 
-def read_rows(metrics_path: Path | str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
-
-
 def drift_summary(
     metrics: Path | str | Sequence[Mapping[str, Any]],
     c: float,
@@ -469,7 +466,7 @@ def drift_summary(
     """Proxy and true success over the last ``last`` records of a run's ``metrics.jsonl`` (or
     its rows) that hold both ``keys`` (true, proxy), the measured gap, and the gap the audit's
     ``c`` predicts at that p. ``keys=EVAL_KEYS, last=1``: the final held-out evaluation."""
-    rows = read_rows(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    rows = read_jsonl(metrics) if isinstance(metrics, str | Path) else list(metrics)
     true_key, proxy_key = keys
     rows = [r for r in rows if true_key in r and proxy_key in r][-last:]
     if not rows:
@@ -495,7 +492,7 @@ def plot_drift(metrics: Path | str | Sequence[Mapping[str, Any]], c: float, out:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_rows(metrics) if isinstance(metrics, str | Path) else list(metrics)
+    rows = read_jsonl(metrics) if isinstance(metrics, str | Path) else list(metrics)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for (true_key, proxy_key), where, style in (
         (TRAIN_KEYS, "train rollouts", {"marker": None}),
@@ -628,44 +625,3 @@ def run_audit(
     if out is not None:
         Path(out).write_text(json.dumps(report.to_json(), indent=2))
     return report
-
-
-def audit_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m turnrl.rewards.audit [--env code] [--split test] [--tasks N] [--out F]``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="turnrl audit", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--env", default="code", help="code or code-weak")
-    ap.add_argument("--option", action="append", default=[], help="env option key=value (YAML)")
-    ap.add_argument("--split", default="test", choices=("train", "test"))
-    ap.add_argument("--tasks", type=int, default=None, help="audit the first N tasks")
-    ap.add_argument("--mutants", type=int, default=12, help="mutants per task (per module)")
-    ap.add_argument("--out", default="audit.json", help="JSON report path")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument(
-        "--kinds", default="tier", help="mutation kinds: tier (each task's), all, or a,b,..."
-    )
-    args = ap.parse_args(argv)
-    import yaml
-
-    options = {}
-    for item in args.option:
-        key, _, raw = item.partition("=")
-        options[key] = yaml.safe_load(raw)
-    report = run_audit(
-        env=args.env,
-        options=options,
-        split=args.split,
-        n_tasks=args.tasks,
-        max_mutants=args.mutants,
-        out=args.out,
-        seed=args.seed,
-        workers=args.workers,
-        kinds=parse_kinds(args.kinds),
-    )
-    return 0 if report.c is not None else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(audit_main())

@@ -10,6 +10,12 @@ from pathlib import Path
 from turnrl.types import Trajectory
 
 
+def read_jsonl(path: Path | str) -> list[dict]:
+    """The records of a run's ``metrics.jsonl`` or ``samples.jsonl``; [] if it does not exist."""
+    path = Path(path)
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
+
+
 def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Rollout diagnostics of one step; proxy and true success side by side (reward drift)."""
     n = max(len(trajs), 1)
