@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from turnrl.policy.base import Generation, SamplingParams
-from turnrl.policy.hf import HFPolicy, PrefixCache, draw_noise, sample_next
+from turnrl.policy.hf import (
+    HFPolicy,
+    PrefixCache,
+    draw_noise,
+    pad_right,
+    sample_next,
+    shared_prefix_logits,
+)
 from turnrl.policy.tiny import tiny_model, train_tokenizer
 
 STOPS = tuple(range(10, 70))  # many stop ids, so that some turns stop early and some are cut
@@ -220,3 +227,33 @@ def test_eager_attention_decodes_like_scoring(model_and_pad):
             assert scored[r][start : start + len(g.token_ids)] == pytest.approx(
                 g.logprobs, abs=1e-4
             )
+
+
+def test_shared_prefix_logits_match_the_plain_forward_and_its_gradients(model_and_pad):
+    """Training's shared-prefix forward: same logits and same gradients as one plain forward
+    over right-padded rows that start with the same 40 tokens."""
+    model, pad = model_and_pad
+    model = copy.deepcopy(model).train()
+    gen = torch.Generator().manual_seed(3)
+    head = random_ids(gen, 40)
+    rows = [head + random_ids(gen, n) for n in (12, 30, 5)]
+    ids, attn = pad_right(rows, pad, torch.device("cpu"))
+
+    def loss_and_grads(fn):
+        model.zero_grad()
+        logits = fn(model, ids, attn)
+        (logits * attn.unsqueeze(-1)).sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    plain, g_plain = loss_and_grads(lambda m, i, a: m(input_ids=i, attention_mask=a).logits)
+    shared, g_shared = loss_and_grads(shared_prefix_logits)
+    valid = attn.bool()
+    assert torch.allclose(shared[valid], plain[valid], atol=1e-5)
+    for a, b in zip(g_shared, g_plain):  # float32 sums in another order: relative 1e-5
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+    # Rows with nothing in common fall back to the plain forward.
+    other = torch.tensor([random_ids(gen, 20), random_ids(gen, 20)])
+    assert torch.equal(
+        shared_prefix_logits(model, other, torch.ones_like(other)),
+        model(input_ids=other, attention_mask=torch.ones_like(other)).logits,
+    )

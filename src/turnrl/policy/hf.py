@@ -387,3 +387,33 @@ def pad_right(
         ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
         mask[b, : len(s)] = 1
     return ids.to(device), mask.to(device)
+
+
+def shared_prefix_logits(
+    model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, min_prefix: int = 32
+) -> torch.Tensor:
+    """``model(ids, attention_mask).logits`` [B, T, V] for right-padded rows, computing the
+    tokens every row starts with (the system prompt and tool list, about half of a short
+    episode) once instead of B times. Gradients flow through the shared part as usual.
+
+    Falls back to the plain forward when the shared prefix is shorter than ``min_prefix`` or
+    the model's cache is not the plain per-layer kind."""
+    B, T = ids.shape
+    same = (ids == ids[:1]).all(0) & (attention_mask == 1).all(0)  # [T]
+    p = T if bool(same.all()) else int(same.int().argmin())
+    p = min(p, T - 1)
+    if B == 1 or p < min_prefix:
+        return model(input_ids=ids, attention_mask=attention_mask).logits
+    head = model(input_ids=ids[:1, :p], use_cache=True)
+    cache = head.cache
+    if not hasattr(cache, "batch_repeat_interleave"):
+        return model(input_ids=ids, attention_mask=attention_mask).logits
+    cache.batch_repeat_interleave(B)
+    positions = torch.arange(p, T).unsqueeze(0).expand(B, -1)
+    tail = model(
+        input_ids=ids[:, p:],
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=positions,
+    ).logits
+    return torch.cat([head.logits.expand(B, -1, -1), tail], dim=1)

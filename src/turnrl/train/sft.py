@@ -16,7 +16,7 @@ from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
-from turnrl.policy.hf import pad_right
+from turnrl.policy.hf import pad_right, shared_prefix_logits
 from turnrl.types import Task
 
 
@@ -123,7 +123,8 @@ def sft_train(
         for idx in batches:
             ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
             mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
-            logits = model(input_ids=ids, attention_mask=attn).logits  # [B, T, V]
+            # The system prompt and tool list, the same in every demo, run once per batch.
+            logits = shared_prefix_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
             m = mask.float()  # [B, T] action tokens only
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
