@@ -402,18 +402,16 @@ def shared_prefix_logits(
     same = (ids == ids[:1]).all(0) & (attention_mask == 1).all(0)  # [T]
     p = T if bool(same.all()) else int(same.int().argmin())
     p = min(p, T - 1)
-    if B == 1 or p < min_prefix:
-        return model(input_ids=ids, attention_mask=attention_mask).logits
-    head = model(input_ids=ids[:1, :p], use_cache=True)
-    cache = head.cache
-    if not hasattr(cache, "batch_repeat_interleave"):
-        return model(input_ids=ids, attention_mask=attention_mask).logits
-    cache.batch_repeat_interleave(B)
-    positions = torch.arange(p, T).unsqueeze(0).expand(B, -1)
-    tail = model(
-        input_ids=ids[:, p:],
-        attention_mask=attention_mask,
-        cache=cache,
-        position_ids=positions,
-    ).logits
-    return torch.cat([head.logits.expand(B, -1, -1), tail], dim=1)
+    if B > 1 and p >= min_prefix:
+        head = model(input_ids=ids[:1, :p], use_cache=True)
+        cache = head.cache
+        if hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(B)
+            tail = model(
+                input_ids=ids[:, p:],
+                attention_mask=attention_mask,
+                cache=cache,
+                position_ids=torch.arange(p, T).unsqueeze(0).expand(B, -1),
+            ).logits
+            return torch.cat([head.logits.expand(B, -1, -1), tail], dim=1)
+    return model(input_ids=ids, attention_mask=attention_mask).logits
