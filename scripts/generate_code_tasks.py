@@ -18,9 +18,6 @@ from turnrl.envs.code.tasks import DATA_PATH, generate_tasks
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--tier0", type=int, default=6, help="tier-0 tasks per micro module (at most)"
-    )
     parser.add_argument("--tier1", type=int, default=8, help="tier-1 tasks per module (at most)")
     parser.add_argument("--tier2", type=int, default=4, help="tier-2 tasks per module (at most)")
     parser.add_argument("--tier3", type=int, default=3, help="tier-3 tasks per module (at most)")
@@ -32,7 +29,7 @@ def main() -> None:
     start = time.time()
     tasks = generate_tasks(
         args.seed,
-        {0: args.tier0, 1: args.tier1, 2: args.tier2, 3: args.tier3},
+        {1: args.tier1, 2: args.tier2, 3: args.tier3},
         visible_fraction=args.visible_fraction,
         workers=args.workers,
     )
@@ -44,7 +41,7 @@ def main() -> None:
     test_modules = sorted({t.payload["module"] for t in tasks if t.split == "test"})
     print(f"{len(tasks)} tasks in {time.time() - start:.0f}s -> {args.out}")
     for split in ("train", "test"):
-        print(f"  {split}: " + ", ".join(f"tier {k}: {counts[split, k]}" for k in (0, 1, 2, 3)))
+        print(f"  {split}: " + ", ".join(f"tier {k}: {counts[split, k]}" for k in (1, 2, 3)))
     print(f"  held-out modules: {', '.join(test_modules)}")
     print("  mutation kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
 

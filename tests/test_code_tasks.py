@@ -14,7 +14,6 @@ from turnrl.envs.code.pytest_results import parse_junit, run_pytest
 from turnrl.envs.code.swebench import PatchError, apply_patch, load_swebench_jsonl
 from turnrl.envs.code.tasks import (
     CORPUS_DIR,
-    MICRO_DIR,
     PAYLOAD_KEYS,
     TIER_KINDS,
     generate_tasks,
@@ -213,22 +212,13 @@ def test_generator_keeps_only_failing_mutants(tmp_path):
     assert len({t.id for t in tasks}) == len(tasks)
 
 
-def test_generator_takes_tier_0_from_the_micro_corpus_only(tmp_path):
-    (tmp_path / "micro").mkdir()
-    for where in (tmp_path, tmp_path / "micro"):
-        (where / "toy.py").write_text(TOY_MODULE)
-        (where / "test_toy.py").write_text(TOY_TESTS)
-    micro = generate_tasks(seed=0, n_per_module=2, tiers=(0,), corpus_dir=tmp_path)
-    assert micro and all(t.payload["tier"] == 0 and "-t0-" in t.id for t in micro)
-    both = generate_tasks(seed=0, n_per_module={0: 2, 1: 2}, tiers=(0, 1), corpus_dir=tmp_path)
-    assert Counter(t.payload["tier"] for t in both) == {0: len(micro), 1: 2}
-
-
 def test_generator_validates_arguments(tmp_path):
     with pytest.raises(ValueError):
         generate_tasks(0, 1, visible_fraction=1.5, corpus_dir=tmp_path)
     with pytest.raises(ValueError):
         generate_tasks(0, 1, tiers=(4,), corpus_dir=tmp_path)
+    with pytest.raises(ValueError, match="generated"):
+        generate_tasks(0, 1, tiers=(0,), corpus_dir=tmp_path)
 
 
 def test_visible_test_file_removes_functions():
@@ -241,7 +231,6 @@ def test_visible_test_file_removes_functions():
 # -- corpus and shipped tasks ---------------------------------------------------------------
 
 CORPUS = load_corpus()
-MICRO = load_corpus(MICRO_DIR)
 TRAIN, TEST = load_tasks("train"), load_tasks("test")
 ALL = TRAIN + TEST
 
@@ -262,28 +251,16 @@ def test_corpus_size_and_suites():
         assert 6 <= len(_test_names(module.tests)) <= 15, module.name
 
 
-def test_micro_corpus_is_one_small_function_per_module():
-    assert len(MICRO) >= 40
-    assert not {m.name for m in MICRO} & {m.name for m in CORPUS}
-    for module in MICRO:
-        tree = ast.parse(module.source)
-        assert [type(n) for n in tree.body] == [ast.FunctionDef], module.name
-        assert len(module.source.splitlines()) <= 6, module.name
-        assert 3 <= len(_test_names(module.tests)) <= 4, module.name
-
-
 def test_shipped_task_counts():
     tiers = Counter((t.split, t.payload["tier"]) for t in ALL)
     assert tiers["train", 1] >= 150 and tiers["test", 1] >= 40
-    assert tiers["train", 0] >= 150 and tiers["test", 0] >= 30
-    assert all(tiers[split, tier] > 0 for split in ("train", "test") for tier in (0, 1, 2, 3))
-    assert {t.payload["module"] for t in ALL if t.payload["tier"] == 0} == {m.name for m in MICRO}
+    assert all(tiers[split, tier] > 0 for split in ("train", "test") for tier in (1, 2, 3))
     kinds = {m["kind"] for t in ALL for m in t.payload["mutations"]}
     assert kinds == set(MUTATION_KINDS)
 
 
 def test_shipped_tasks_structure():
-    corpus = {m.name: m for m in CORPUS + MICRO}
+    corpus = {m.name: m for m in CORPUS}
     assert len({t.id for t in ALL}) == len(ALL)
     train_modules = {t.payload["module"] for t in TRAIN}
     test_modules = {t.payload["module"] for t in TEST}
@@ -308,13 +285,12 @@ def test_shipped_tasks_structure():
         for m in muts:
             assert module.source.splitlines()[m["line"] - 1] == m["original_line"]
             assert m["mutated_line"] is None or m["mutated_line"] in buggy_lines
-        if p["tier"] in (0, 1, 2):
+        if p["tier"] in (1, 2):
             assert len(muts) == 1 and muts[0]["kind"] in TIER_KINDS[p["tier"]], task.id
         else:
             assert len(muts) >= 2 and len({m["function"] for m in muts}) == len(muts), task.id
         if p["tier"] == 1:
             assert len(module.source.splitlines()) <= 40
-        assert (p["tier"] == 0) == (module in MICRO), task.id
 
 
 def _sample(n: int) -> list[Task]:
@@ -326,7 +302,7 @@ def _sample(n: int) -> list[Task]:
         by_module.setdefault(t.payload["module"], []).append(t)
     picked = []
     for i, module in enumerate(sorted(by_module)):
-        tier = i % 4
+        tier = i % 3 + 1
         options = [t for t in by_module[module] if t.payload["tier"] == tier] or by_module[module]
         picked.append(rng.choice(options))
     return picked[:n]
@@ -336,7 +312,7 @@ def _sample(n: int) -> list[Task]:
 def test_sampled_tasks_fail_before_and_pass_after_gold_fix(tmp_path):
     sample = _sample(40)
     assert {t.split for t in sample} == {"train", "test"}
-    assert {t.payload["tier"] for t in sample} == {0, 1, 2, 3}
+    assert {t.payload["tier"] for t in sample} == {1, 2, 3}
     for fixed in (False, True):
         root = tmp_path / ("gold" if fixed else "buggy")
         for i, task in enumerate(sample):

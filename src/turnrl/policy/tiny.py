@@ -23,7 +23,21 @@ ADDED_TOKENS = [
     '<tool_call>{"name":"',
     '","arguments":{',
     "}}</tool_call>",
+    '"}}</tool_call>',
 ]
+
+
+def tool_call_tokens(tools: list[dict]) -> list[str]:
+    """Single tokens for the env's tool names and the JSON frame around each argument
+    (``"path":"`` and ``","path":"``), so an argument's value is tokenized on its own: the
+    ``" -"`` the model writes in ``"old":" -"`` is then the token it read in ``a - b``."""
+    tokens = []
+    for t in tools:
+        tokens.append(t["function"]["name"])
+        for p in t["function"].get("parameters", {}).get("properties", {}):
+            tokens += [f'"{p}":"', f'","{p}":"']
+    return list(dict.fromkeys(tokens))
+
 
 # ChatML. Tools (when given) are listed in the system turn as one signature line each,
 # ``- name(arg, arg): description``: a few tokens per tool instead of a JSON schema, which

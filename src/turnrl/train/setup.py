@@ -18,7 +18,7 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family
 from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
-from turnrl.policy.tiny import tiny_model, train_tokenizer
+from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
 from turnrl.train.sft import play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
@@ -81,7 +81,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 2,
+                "v": 3,
             },
             sort_keys=True,
         ).encode()
@@ -104,7 +104,7 @@ def _tiny_with_warm_start(
     tok = train_tokenizer(
         texts,
         vocab_size=cfg.model.vocab_size,
-        extra_tokens=[t["function"]["name"] for t in tools],
+        extra_tokens=tool_call_tokens(tools),
     )
     log(
         f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} scripted episodes in {time.monotonic() - t0:.0f}s"

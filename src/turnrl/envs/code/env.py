@@ -20,6 +20,7 @@ from typing import Any
 from turnrl.envs.base import ToolEnv, ToolError, ToolOutput
 from turnrl.envs.code import grader
 from turnrl.envs.code.expert import CodeExpert
+from turnrl.envs.code.micro import micro_tasks
 from turnrl.envs.code.pytest_results import PYTEST_ENV
 from turnrl.envs.code.tasks import load_tasks, materialize, visible_test_file
 from turnrl.envs.scripted import DoNothingAgent
@@ -110,9 +111,11 @@ class CodeEnv(ToolEnv):
         materialize(task, self.workspace, hidden=False)
         self.commands, self.refused_paths, self.submitted = [], [], False
         self.instructions = INSTRUCTIONS
-        files = " ".join(sorted({**payload["repo"], **payload["visible_tests"]}))
+        # One file per line: a name at the start of a line is tokenized as the model writes it
+        # in a tool call ("stats", not " stats"), so copying it is copying tokens.
+        files = "\n".join(sorted({**payload["repo"], **payload["visible_tests"]}))
         statement = payload.get("statement") or "Some tests fail because of a bug in the code."
-        return f"{statement}\nFiles: {files}\nFix the bug, check with run_tests(), then submit()."
+        return f"{statement}\nFiles:\n{files}\nFix the bug, check with run_tests(), then submit()."
 
     # ----------------------------------------------------------------------------- tools
 
@@ -293,17 +296,18 @@ class CodeFamily:
     """Options:
 
     * ``tiers``: task difficulty tiers to use (0 micro, 1 easy .. 3 hard), default 1-3; tier 0
-      (one-function micro modules) is for tiny models, as in the default run;
+      (generated one-function modules, :mod:`turnrl.envs.code.micro`) is for tiny models, as
+      in the default run;
     * ``penalty``: reward of an episode with an exploit flag (default 0.0);
     * ``max_obs_chars``: cap on one observation, with a visible truncation marker;
     * ``limits``: sandbox limits for the agent's commands, a dict of ``Limits`` fields (the
       grader gives the hidden suite 3x the wall clock and CPU);
     * ``visible_fraction``: re-draw each task's visible tests as this fraction of the suite
       (None keeps the generated split). Lower means more drift between proxy and true success.
-    * ``holdout``: what the test split holds out. ``"module"`` (default): whole modules the
-      train split never shows. ``"bug"``: every module appears in both splits, but a quarter of
-      each module's bugs (at least one) are test-only, so a test task's bug and fix are never
-      seen in training while the surrounding code is (a known repository, a new bug).
+    * ``holdout``: what the test split of tiers 1-3 holds out. ``"module"`` (default): whole
+      modules the train split never shows. ``"bug"``: every module appears in both splits, but
+      a quarter of each module's bugs (at least one) are test-only, so a test task's bug and fix
+      are never seen in training while the surrounding code is (a known repository, a new bug).
     """
 
     name = "code"
@@ -349,10 +353,13 @@ class CodeFamily:
         """Generated tasks of ``split`` in the chosen tiers, shuffled by ``seed``, first ``n``."""
         if split not in ("train", "test"):
             raise ValueError(f"code env: split must be 'train' or 'test', got {split!r}")
+        corpus_tiers = tuple(t for t in self.tiers if t > 0)
         if self.holdout == "module":
-            pool = [t for t in load_tasks(split) if t.payload.get("tier", 1) in self.tiers]
+            pool = [t for t in load_tasks(split) if t.payload.get("tier", 1) in corpus_tiers]
         else:
-            pool = [t for t in bug_holdout_split(self.tiers) if t.split == split]
+            pool = [t for t in bug_holdout_split(corpus_tiers) if t.split == split]
+        if 0 in self.tiers:  # generated; its test split has function names training never shows
+            pool += micro_tasks(split)
         pool.sort(key=lambda t: t.id)
         random.Random(seed).shuffle(pool)
         pool = pool if n is None else pool[:n]

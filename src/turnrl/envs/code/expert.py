@@ -1,9 +1,12 @@
 """The scripted expert for the code env: the demonstrations the SFT warm start learns from.
 
-Plan: read the buggy file, run the tests, make the minimal edit(s) that turn the buggy file into
-the gold one, run the tests again, submit. Each ``edit_file`` uses the smallest unique ``old``
-string: the changed line(s) without their indentation, widened by neighbouring lines only when
-that text is not unique, which is exactly what a careful model would emit.
+Plan: read the buggy file, run the tests (except in tier 0, where the docstring states what the
+code must do), make the minimal edit(s) that turn the buggy file into the gold one, run the tests
+again, submit. Each ``edit_file`` uses the smallest unique ``old``
+string: within a changed line, only the changed words (``" +"`` -> ``" -"``), widened word by word
+while that text is not unique; for a multi-line change, the changed lines without their
+indentation, widened by neighbouring lines. Short edits are what a careful model emits, and
+they are what a tiny model can learn to write: naming the wrong operator, not retyping the line.
 
 With ``noise > 0`` each decision goes wrong with that probability, in the ways models do: an
 edit that changes the wrong operator or constant (then, after seeing the tests fail, a repair),
@@ -82,6 +85,39 @@ def _trim(old: str, new: str) -> tuple[str, str]:
     return old, new
 
 
+_WORD_RE = re.compile(r"\w+|\s+|[^\w\s]+")
+
+
+def narrow(old: str, new: str, text: str) -> tuple[str, str]:
+    """The smallest ``(old, new)`` pair, in whole words, that makes the same one-line change to
+    ``text`` (where ``old`` occurs once): the changed words, widened by a word at a time (left
+    first) until ``old`` is unique in ``text`` and neither end is whitespace, then with the one
+    space before them, so the edit is tokenized like the code it copies. A multi-line change is
+    returned as it is."""
+    if "\n" in old or "\n" in new:
+        return old, new
+    a, b = _WORD_RE.findall(old), _WORD_RE.findall(new)
+    lo = 0
+    while lo < min(len(a), len(b)) and a[lo] == b[lo]:
+        lo += 1
+    end = 0  # common words at the end, not overlapping the common start
+    while end < min(len(a), len(b)) - lo and a[-1 - end] == b[-1 - end]:
+        end += 1
+    hi_a, hi_b = len(a) - end, len(b) - end
+    while True:
+        o, n = "".join(a[lo:hi_a]), "".join(b[lo:hi_b])
+        if o and o == o.strip() and text.count(o) == 1:
+            if lo > 0 and a[lo - 1] == " ":  # " +" is one token, as in the code; "+" is not
+                o, n = " " + o, " " + n
+            return o, n
+        if lo > 0:
+            lo -= 1
+        elif hi_a < len(a):
+            hi_a, hi_b = hi_a + 1, hi_b + 1
+        else:
+            return old, new
+
+
 def wrong_variant(text: str, rng: random.Random) -> str | None:
     """A plausible but wrong version of a fixed line: one operator swapped or a constant off by
     one. None when nothing applies."""
@@ -134,7 +170,8 @@ class CodeExpert:
         for path, text in files.items():
             if path in self.payload["repo"]:
                 calls += self._reads(path, text)
-        calls.append(ToolCall("run_tests", {}))
+        if self.payload.get("tier") != 0:  # tier 0's docstring states the intent: no need
+            calls.append(ToolCall("run_tests", {}))
         if self._mistake():  # gives up before editing
             return [*calls, ToolCall("submit", {})]
         for edit in self.edits:
@@ -145,13 +182,14 @@ class CodeExpert:
             wrong = wrong_variant(edit.new, self.rng) if self._mistake() else None
             slipped = text.replace(edit.old, wrong, 1) if wrong is not None else ""
             files[edit.path] = text.replace(edit.old, edit.new, 1)
-            if wrong is None or slipped.count(wrong) != 1:  # a repair must be unique too
-                calls.append(_edit_call(edit.path, edit.old, edit.new))
+            # A slip back to the bug itself is no slip; a repair must be unique too.
+            if wrong is None or wrong == edit.old or slipped.count(wrong) != 1:
+                calls.append(_edit_call(edit.path, *narrow(edit.old, edit.new, text)))
                 continue
-            calls.append(_edit_call(edit.path, edit.old, wrong))
+            calls.append(_edit_call(edit.path, *narrow(edit.old, wrong, text)))
             calls.append(ToolCall("run_tests", {}))
             if not self._mistake():  # the failing tests show the slip: repair it
-                calls.append(_edit_call(edit.path, wrong, edit.new))
+                calls.append(_edit_call(edit.path, *narrow(wrong, edit.new, slipped)))
         if not self._mistake():  # forgetting to check before submitting
             calls.append(ToolCall("run_tests", {}))
         calls.append(ToolCall("submit", {}))

@@ -13,16 +13,13 @@ special-casing the visible tests fail on the hidden suite.
 
 Tiers (so a tiny model has an easy tier to learn on):
 
-0. one operator, comparison, boolean or constant bug in a *micro* module (``corpus/micro/``:
-   one function of at most four lines, 3-4 tests): short enough for the default run's tiny
-   model, which reads the whole repo in ~40 tokens;
+0. generated, not drawn from the corpus: see :mod:`turnrl.envs.code.micro`;
 1. one-line operator, comparison, boolean or constant bug in a short module (<= 40 lines);
 2. one other single-line mutation: off-by-one, negated condition, wrong return value,
    dropped statement (any module);
 3. two or three mutations in different functions of one module.
 
-Splits hold out whole modules: a "test" task's module never appears in "train" (micro modules
-are split among themselves).
+Splits hold out whole modules: a "test" task's module never appears in "train".
 
 Generating runs pytest hundreds of times (minutes), so the library ships
 ``data/code_tasks.jsonl`` made by ``scripts/generate_code_tasks.py`` and :func:`load_tasks`
@@ -59,11 +56,9 @@ __all__ = [
 ]
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
-MICRO_DIR = CORPUS_DIR / "micro"  # the tier-0 modules
 DATA_PATH = Path(__file__).parent / "data" / "code_tasks.jsonl"
 SPLITS = ("train", "test")
 TIER_KINDS: dict[int, tuple[str, ...]] = {
-    0: ("arith_op", "compare_op", "bool_op", "constant"),
     1: ("arith_op", "compare_op", "bool_op", "constant"),
     2: ("off_by_one", "negate_condition", "wrong_return", "drop_statement"),
 }
@@ -215,7 +210,7 @@ def _module_tasks(
         return tried[i]
 
     verified: dict[int, list[_Verified]] = {0: [], 1: [], 2: [], 3: []}
-    for tier in (0, 1, 2):
+    for tier in (1, 2):
         if quota.get(tier, 0) == 0 or (tier == 1 and not module.short):
             continue
         for i, m in enumerate(candidates):
@@ -254,7 +249,7 @@ def _module_tasks(
             if v is not None:
                 verified[3].append(v)
     tasks = []
-    for tier in (0, 1, 2, 3):
+    for tier in (1, 2, 3):
         for i, v in enumerate(verified[tier]):
             tasks.append(_make_task(module, v, tier, i, split, visible_fraction, rng, all_tests))
     return tasks
@@ -303,27 +298,19 @@ def generate_tasks(
     workers: int = 2,
 ) -> list[Task]:
     """Generate and verify tasks: up to ``n_per_module`` per tier per module (an int, or a
-    ``{tier: n}`` mapping). Tier 0 comes from ``corpus_dir/micro``, tiers 1-3 from the modules
-    in ``corpus_dir`` itself. Deterministic given ``seed`` and the corpus."""
+    ``{tier: n}`` mapping) of tiers 1-3. Deterministic given ``seed`` and the corpus."""
     if not 0.0 <= visible_fraction <= 1.0:
         raise ValueError(f"visible_fraction must be in [0, 1], got {visible_fraction}")
     tiers = tuple(tiers)
-    if not set(tiers) <= {0, 1, 2, 3}:
-        raise ValueError(f"tiers must be a subset of (0, 1, 2, 3), got {tiers}")
+    if not set(tiers) <= {1, 2, 3}:
+        raise ValueError(f"tiers must be a subset of (1, 2, 3) (tier 0 is generated), got {tiers}")
     if isinstance(n_per_module, int):
         quota = {t: n_per_module for t in tiers}
     else:
         quota = {t: int(n_per_module.get(t, 0)) for t in tiers}
-    jobs: list[tuple[CorpusModule, dict[int, int], str]] = []
-    for corpus, tier_quota in (
-        (load_corpus(corpus_dir), {t: n for t, n in quota.items() if t > 0}),
-        (load_corpus(corpus_dir / "micro"), {t: n for t, n in quota.items() if t == 0}),
-    ):
-        if not corpus or not any(tier_quota.values()):
-            continue
-        held_out = split_modules([m.name for m in corpus], seed, test_fraction)
-        for module in corpus:
-            jobs.append((module, tier_quota, "test" if module.name in held_out else "train"))
+    corpus = load_corpus(corpus_dir)
+    held_out = split_modules([m.name for m in corpus], seed, test_fraction)
+    jobs = [(m, quota, "test" if m.name in held_out else "train") for m in corpus]
 
     def one(job: tuple[CorpusModule, dict[int, int], str]) -> list[Task]:
         module, tier_quota, split = job

@@ -1,2 +1,0 @@
-def area(base, height):
-    return base * height // 2

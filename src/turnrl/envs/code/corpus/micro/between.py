@@ -1,2 +1,0 @@
-def between(x, low, high):
-    return low <= x and x <= high

@@ -1,4 +1,0 @@
-def bonus(sales):
-    if sales > 1000:
-        return sales // 10
-    return 0

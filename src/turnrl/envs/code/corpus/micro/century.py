@@ -1,2 +1,0 @@
-def century(year):
-    return (year + 99) // 100

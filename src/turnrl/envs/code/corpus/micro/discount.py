@@ -1,2 +1,0 @@
-def discount(price, percent):
-    return price - price * percent // 100

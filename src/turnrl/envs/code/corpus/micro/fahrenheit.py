@@ -1,2 +1,0 @@
-def fahrenheit(celsius):
-    return celsius * 9 // 5 + 32

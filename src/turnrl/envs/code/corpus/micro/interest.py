@@ -1,4 +1,0 @@
-def interest(amount, years):
-    for _ in range(years):
-        amount += amount * 5 // 100
-    return amount

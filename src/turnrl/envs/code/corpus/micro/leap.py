@@ -1,2 +1,0 @@
-def leap(year):
-    return year % 4 == 0 and year % 100 != 0 or year % 400 == 0

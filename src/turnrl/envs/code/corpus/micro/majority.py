@@ -1,2 +1,0 @@
-def majority(a, b, c):
-    return a and b or b and c or a and c

@@ -1,2 +1,0 @@
-def mean(a, b, c):
-    return (a + b + c) // 3

@@ -1,2 +1,0 @@
-def minutes(seconds):
-    return (seconds + 30) // 60

@@ -1,2 +1,0 @@
-def is_even(n):
-    return n % 2 == 0

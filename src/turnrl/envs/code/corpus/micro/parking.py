@@ -1,4 +1,0 @@
-def parking(hours):
-    if hours <= 1:
-        return 0
-    return hours * 4

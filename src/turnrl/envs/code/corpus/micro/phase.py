@@ -1,4 +1,0 @@
-def phase(temp):
-    if temp <= 0:
-        return "solid"
-    return "liquid" if temp < 100 else "gas"

@@ -1,2 +1,0 @@
-def sign(n):
-    return (n > 0) - (n < 0)

@@ -1,2 +1,0 @@
-def teen(age):
-    return age >= 13 and age <= 19

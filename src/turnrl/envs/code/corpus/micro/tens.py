@@ -1,2 +1,0 @@
-def tens(n):
-    return n // 10 % 10

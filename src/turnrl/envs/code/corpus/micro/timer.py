@@ -1,2 +1,0 @@
-def timer(seconds):
-    return seconds // 60, seconds % 60
