@@ -11,7 +11,6 @@ of its own scripted demonstrations, both ways, alternating, and prints the ratio
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -21,7 +20,7 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import pad_right, shared_prefix_logits
 from turnrl.policy.models import turn_end_token
-from turnrl.policy.tiny import tiny_model, train_tokenizer
+from turnrl.policy.tiny import tiny_model
 from turnrl.train import setup
 from turnrl.train.config import load_config
 from turnrl.train.sft import render_demo
@@ -37,13 +36,8 @@ def main() -> None:
     cfg = load_config(None, [f"sft.episodes={args.demos}"])
     family = make_family(cfg.env.name, cfg.env.options)
     episodes = setup._demonstrations(cfg, family, family.tasks("train", None, seed=0))
-    parser = HermesToolCallParser()
-    texts = [json.dumps(t["function"]) for t in episodes[0].tools]
-    for ep in episodes:
-        texts += [ep.instructions, ep.first_message, *ep.observations]
-        texts += [parser.format([c]) for c in ep.calls]
-    tok = train_tokenizer(texts, vocab_size=cfg.model.vocab_size)
-    renderer = ChatRenderer(tok, parser, turn_end_token(tok))
+    tok = setup.demo_tokenizer(episodes, cfg.model.vocab_size)
+    renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
     demos = [render_demo(ep, renderer, ep.tools, 384, 2048) for ep in episodes]
     demos = [d for d in demos if d is not None]
     batches = [

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family
+from turnrl.envs.scripted import ScriptedEpisode
 from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
@@ -94,18 +96,7 @@ def _tiny_with_warm_start(
         return LlamaForCausalLM.from_pretrained(cache), load_tiny_tokenizer(cache)
     t0 = time.monotonic()
     episodes = _demonstrations(cfg, family, train_tasks)
-    parser = HermesToolCallParser()
-    texts = []
-    for ep in episodes:
-        texts += [ep.instructions, ep.first_message] + ep.observations
-        texts += [parser.format([c]) for c in ep.calls]  # exactly the text the model writes
-    tools = episodes[0].tools if episodes else []
-    texts += [json.dumps(t["function"]) for t in tools]
-    tok = train_tokenizer(
-        texts,
-        vocab_size=cfg.model.vocab_size,
-        extra_tokens=tool_call_tokens(tools),
-    )
+    tok = demo_tokenizer(episodes, cfg.model.vocab_size)
     log(
         f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} scripted episodes in {time.monotonic() - t0:.0f}s"
     )
@@ -127,6 +118,19 @@ def _tiny_with_warm_start(
     else:
         os.replace(tmp, cache)
     return model, tok
+
+
+def demo_tokenizer(episodes: list[ScriptedEpisode], vocab_size: int) -> PreTrainedTokenizerFast:
+    """The tiny model's tokenizer, trained on the text of scripted episodes: instructions,
+    observations, the tool list and exactly the tool-call text the model will write."""
+    parser = HermesToolCallParser()
+    texts = []
+    for ep in episodes:
+        texts += [ep.instructions, ep.first_message] + ep.observations
+        texts += [parser.format([c]) for c in ep.calls]
+    tools = episodes[0].tools if episodes else []
+    texts += [json.dumps(t["function"]) for t in tools]
+    return train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=tool_call_tokens(tools))
 
 
 def _demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):

@@ -94,7 +94,9 @@ def _values(family: dict, rng: random.Random, k: int | None) -> list[tuple[Any, 
 def micro_task(index: int, split: str) -> Task:
     """The ``index``-th generated tier-0 task of ``split`` (deterministic)."""
     rng = random.Random(f"micro/{split}/{index}")
-    family = rng.choice([ARITH, ARITH, COMPARE, COMPARE, LOGIC])
+    family, kind = rng.choice(
+        [(ARITH, "arith_op")] * 2 + [(COMPARE, "compare_op")] * 2 + [(LOGIC, "bool_op")]
+    )
     word = rng.choice(sorted(family))
     wrong = rng.choice(sorted(w for w in family if w != word))
     op, fn = family[word]
@@ -141,9 +143,7 @@ def micro_task(index: int, split: str) -> Task:
         "tier": 0,
         "mutations": [
             {
-                "kind": "bool_op"
-                if family is LOGIC
-                else f"{'compare' if family is COMPARE else 'arith'}_op",
+                "kind": kind,
                 "function": name,
                 "line": 3,
                 "original_line": f"    return {a} {op} {rhs}",

@@ -209,7 +209,7 @@ def _module_tasks(
             tried[i] = _verify(module, [candidates[i]], all_tests)
         return tried[i]
 
-    verified: dict[int, list[_Verified]] = {0: [], 1: [], 2: [], 3: []}
+    verified: dict[int, list[_Verified]] = {1: [], 2: [], 3: []}
     for tier in (1, 2):
         if quota.get(tier, 0) == 0 or (tier == 1 and not module.short):
             continue
