@@ -39,18 +39,16 @@ def tool_call_tokens(tools: list[dict]) -> list[str]:
     return list(dict.fromkeys(tokens))
 
 
-# ChatML. Tools (when given) are listed in the system turn as one signature line each,
-# ``- name(arg, arg): description``: a few tokens per tool instead of a JSON schema, which
-# matters for a 2048-token context (argument types are still enforced when a tool is called).
+# ChatML without the system turn. The tiny model is trained from scratch on one env, where the
+# system prompt (instructions and tool list) is the same text in every episode: it tells the
+# model nothing, while its ~250 tokens in front of the task make copying from the task text
+# (a file name, an operator) much slower to learn (docs/benchmarks.md, session 6). Real models
+# keep their own templates and read the system prompt. The template takes ``tools`` (and leaves
+# them out) so the renderer does not append their schemas to the dropped turn.
 CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] }}"
-    "{%- if loop.first and message['role'] == 'system' and tools %}"
-    "{{- '\\nTools:' }}{%- for t in tools %}{%- set f = t['function'] %}"
-    "{{- '\\n- ' + f['name'] + '(' + (f['parameters']['properties'] | list | join(', ')) + '): '"
-    " + f['description'] }}{%- endfor %}"
-    "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
+    "{%- set _ = tools %}"
+    "{%- for message in messages if message['role'] != 'system' %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )

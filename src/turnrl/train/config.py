@@ -112,6 +112,7 @@ class SFTConfig(Strict):
     epochs: int = Field(4, ge=1)
     lr: float = Field(5e-3, gt=0)
     batch_size: int = Field(8, ge=1)
+    value_weight: float = Field(3.0, ge=0)  # extra loss weight on tool-argument values
 
 
 class DistributedConfig(Strict):

@@ -83,7 +83,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 3,
+                "v": 4,
             },
             sort_keys=True,
         ).encode()
@@ -167,6 +167,7 @@ def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
         batch_size=cfg.sft.batch_size,
         pad_id=tok.pad_token_id,
         seed=cfg.seed,
+        value_weight=cfg.sft.value_weight,
         log=progress,
     )
     log(f"warm start: SFT done in {time.monotonic() - t0:.0f}s (final loss {last[0]:.3f})")

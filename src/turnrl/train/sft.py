@@ -7,6 +7,7 @@ model learns exactly the token sequences it will later produce and read.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from dataclasses import dataclass
 
@@ -17,13 +18,14 @@ from turnrl.chat import ChatRenderer
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
 from turnrl.policy.hf import pad_right, shared_prefix_logits
-from turnrl.types import Task
+from turnrl.types import Task, ToolCall
 
 
 @dataclass
 class Demo:
     token_ids: list[int]
-    loss_mask: list[int]
+    loss_mask: list[int]  # 1 on action tokens
+    value_mask: list[int]  # 1 on the first token of each tool-argument value (an action token)
 
 
 async def _play(
@@ -73,19 +75,46 @@ def render_demo(
 
     ids = renderer.prompt_ids(episode_messages(ep, renderer)[:2], tools)
     mask = [0] * len(ids)
+    values = [0] * len(ids)
     for k, call in enumerate(ep.calls):
-        action = renderer.encode(renderer.parser.format([call])) + [renderer.turn_end_id]
-        ids += action
-        mask += [1] * len(action)
+        action, in_value = _action_tokens(call, renderer)
+        ids += action + [renderer.turn_end_id]
+        mask += [1] * (len(action) + 1)
+        values += in_value + [0]
         if k == len(ep.calls) - 1 and ep.terminated:
             break
         obs = clip_observation(ep.observations[k], renderer, max_obs_tokens)
         delta = renderer.encode(renderer.observation_delta([{"role": "tool", "content": obs}]))
         ids += delta
         mask += [0] * len(delta)
+        values += [0] * len(delta)
     if len(ids) > max_tokens:
         return None
-    return Demo(ids, mask)
+    return Demo(ids, mask, values)
+
+
+def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[int]]:
+    """The call's tokens, and a flag per token: does an argument's value start there? Values
+    are where an agent copies from its context (a path, an id, the text it replaces); their
+    first token picks what to copy, the frame around them is the same in every call."""
+    text = renderer.parser.format([call])
+    enc = renderer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans, pos = [], 0
+    for key, value in call.arguments.items():
+        encoded = json.dumps(value, separators=(",", ":"))
+        at = text.find(f"{json.dumps(key)}:{encoded}", pos)
+        if at < 0:  # a parser that formats differently: no value spans
+            return enc["input_ids"], [0] * len(enc["input_ids"])
+        start = at + len(json.dumps(key)) + 1
+        quoted = isinstance(value, str)
+        spans.append((start + quoted, start + len(encoded) - quoted))
+        pos = start + len(encoded)
+    flags = [0] * len(enc["input_ids"])
+    for s, e in spans:  # the first token of each value: where the copy is chosen
+        first = next((i for i, (a, b) in enumerate(enc["offset_mapping"]) if a < e and b > s), None)
+        if first is not None:
+            flags[first] = 1
+    return enc["input_ids"], flags
 
 
 def sft_train(
@@ -97,9 +126,21 @@ def sft_train(
     batch_size: int,
     pad_id: int,
     seed: int,
+    value_weight: float = 0.0,
     log=None,
 ) -> list[float]:
-    """Next-token cross-entropy on action tokens only. Returns the loss per optimizer step."""
+    """Next-token cross-entropy on action tokens, plus ``value_weight`` times the same on the
+    argument values alone. Returns the loss per optimizer step.
+
+        loss = sum_t m_t l_t / sum_t m_t + w * sum_t v_t l_t / sum_t v_t
+
+    with l_t = -log p(x_t | x_<t), m the action mask and v the value mask (first token of each
+    argument value, over the batch). Why the second term: in a plain token mean the few value
+    tokens (a path, an operator) are a small share of each action, and a model trained from
+    scratch spends its attention on the fixed frame around them; it then learns to copy a value
+    from its context late or never. With weight 3 the tiny default model copies the file name
+    and both operators (docs/benchmarks.md, session 6).
+    """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0
@@ -113,21 +154,22 @@ def sft_train(
     for epoch in range(epochs):
         order = list(range(len(demos)))
         rng.shuffle(order)
-        # Similar lengths together: less padding per batch.
-        chunks = [order[i : i + batch_size * 8] for i in range(0, len(order), batch_size * 8)]
-        batches = []
-        for chunk in chunks:
-            chunk.sort(key=lambda i: len(demos[i].token_ids))
-            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-        rng.shuffle(batches)
+        # Plain random batches. Sorting by length would save padding, but demos of one length
+        # are mostly one kind of episode (gave up, slipped and repaired, ...), and such batches
+        # pull every decision one way per step: the tiny model then learned no copying at all
+        # in 400 steps (docs/benchmarks.md, session 6).
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         for idx in batches:
             ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
             mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
-            # The system prompt and tool list, the same in every demo, run once per batch.
+            values, _ = pad_right([demos[i].value_mask for i in idx], 0, torch.device("cpu"))
+            # The prefix every demo shares (system prompt, tools, task preamble) runs once.
             logits = shared_prefix_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
-            m = mask.float()  # [B, T] action tokens only
+            m, v = mask.float(), values.float()  # [B, T] action tokens, value tokens
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
+            if value_weight:
+                loss = loss - value_weight * (lp * v).sum() / v.sum().clamp(min=1)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

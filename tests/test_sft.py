@@ -1,0 +1,96 @@
+"""SFT warm start: demonstration rendering, the value mask, and the weighted value loss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turnrl.algo.losses import sequence_logprobs
+from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.envs.scripted import ScriptedEpisode
+from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
+from turnrl.train.sft import render_demo, sft_train
+from turnrl.types import Task, ToolCall
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "edit_file",
+            "description": "Replace old with new.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "old": {}, "new": {}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Submit.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+]
+EDIT = ToolCall("edit_file", {"path": "stats.py", "old": " -", "new": " +"})
+
+
+def renderer() -> ChatRenderer:
+    parser = HermesToolCallParser()
+    texts = [parser.format([EDIT]), "Files:\nstats.py", "    return a - b"] * 20
+    tok = train_tokenizer(texts, vocab_size=400, extra_tokens=tool_call_tokens(TOOLS))
+    return ChatRenderer(tok, parser, "<|im_end|>")
+
+
+def episode() -> ScriptedEpisode:
+    return ScriptedEpisode(
+        task=Task(id="t", env="code", payload={}),
+        instructions="You fix bugs. A long constant system prompt.",
+        first_message="Files:\nstats.py",
+        tools=TOOLS,
+        calls=[EDIT, ToolCall("submit", {})],
+        observations=["Edited stats.py at line 3.", "submitted"],
+        terminated=True,
+    )
+
+
+def test_tiny_template_leaves_out_the_system_turn_and_the_tool_list():
+    r = renderer()
+    text = r.render(
+        [{"role": "system", "content": "SYSTEM"}, {"role": "user", "content": "hi"}],
+        TOOLS,
+        add_generation_prompt=True,
+    )
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_value_mask_marks_exactly_the_argument_values():
+    r = renderer()
+    demo = render_demo(episode(), r, TOOLS, max_obs_tokens=64, max_tokens=512)
+    values = [r.tokenizer.decode([t]) for t, v in zip(demo.token_ids, demo.value_mask) if v]
+    # The first token of path, old and new; nothing of the frame, nothing for submit.
+    assert len(values) == 3 and "stats.py".startswith(values[0]) and " -".startswith(values[1])
+    assert " +".startswith(values[2])
+    assert all(m for m, v in zip(demo.loss_mask, demo.value_mask) if v)  # values are actions
+    first_action = demo.loss_mask.index(1)
+    assert r.tokenizer.decode(demo.token_ids[:first_action]) == r.render(
+        [{"role": "user", "content": "Files:\nstats.py"}], TOOLS, add_generation_prompt=True
+    )
+
+
+def test_sft_loss_adds_the_weighted_mean_over_argument_values():
+    """loss = mean over action tokens + w * mean over value tokens, on the model's own log-probs."""
+    r = renderer()
+    demo = render_demo(episode(), r, TOOLS, max_obs_tokens=64, max_tokens=512)
+    model = tiny_model(r.tokenizer, hidden_size=32, layers=1)
+    ids = torch.tensor([demo.token_ids])
+    with torch.no_grad():
+        lp = sequence_logprobs(model(input_ids=ids).logits, ids)[0]
+    m, v = torch.tensor(demo.loss_mask).float(), torch.tensor(demo.value_mask).float()
+    actions, values = -(lp * m).sum() / m.sum(), -(lp * v).sum() / v.sum()
+    assert 0 < v.sum() < m.sum()  # the values of one edit call; its frame and submit are not
+    losses = sft_train(
+        model, [demo], epochs=1, lr=1e-3, batch_size=1, pad_id=0, seed=0, value_weight=2.0
+    )
+    assert losses[0] == pytest.approx((actions + 2.0 * values).item(), rel=1e-4)
