@@ -101,11 +101,11 @@ def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], l
     enc = renderer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans, pos = [], 0
     for key, value in call.arguments.items():
-        encoded = json.dumps(value, separators=(",", ":"))
-        at = text.find(f"{json.dumps(key)}:{encoded}", pos)
+        name, encoded = json.dumps(key), json.dumps(value, separators=(",", ":"))
+        at = text.find(f"{name}:{encoded}", pos)
         if at < 0:  # a parser that formats differently: no value spans
             return enc["input_ids"], [0] * len(enc["input_ids"])
-        start = at + len(json.dumps(key)) + 1
+        start = at + len(name) + 1
         quoted = isinstance(value, str)
         spans.append((start + quoted, start + len(encoded) - quoted))
         pos = start + len(encoded)
