@@ -17,9 +17,9 @@ from turnrl.envs.base import ToolEnv, ToolOutput
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.tiny import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, default_sampling
-from turnrl.rollout.async_rollout import AsyncRollouts, oldest_version
+from turnrl.rollout.async_rollout import AsyncRollouts, TrajectoryBuffer, oldest_version
 from turnrl.train.batch import collate
-from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.types import RewardResult, Task, ToolCall, Trajectory
 
 RELEASE = threading.Event()  # holds the "blocked" episodes of the staleness test
 
@@ -218,6 +218,44 @@ def test_staleness_bound_drops_and_never_starts_too_much(setup):
             fake_update(policy, rollouts)
     assert "t0-1" not in handed and dropped == 2.0
     assert rollouts.buffer.dropped == 2
+
+
+def _sampled_at(group: str, version: int) -> Trajectory:
+    return Trajectory(group, group, 1, [0, 1], [0, 1], [0.0, -1.0], [-1, version])
+
+
+def test_partial_drop_does_not_stall_the_producer():
+    """Regression (a Ray run hung in CI): after one trajectory of a group is dropped, the live
+    count is no longer a multiple of the group size. The bound must still admit the next group,
+    and a hand-over that exceeds the batch (whole groups) must not shrink the next budget."""
+    B, G = 4, 2
+    buf = TrajectoryBuffer(batch_size=B, max_staleness=0, version=0)
+
+    def run_group(name: str, versions: list[int]) -> None:
+        assert buf.may_start(G), f"group {name} refused: started={buf.started}"
+        seqs = [buf.start(name, G) for _ in versions]
+        for seq, v in zip(seqs, versions):
+            buf.finish(seq, name, v, _sampled_at(name, v))
+
+    run_group("a", [0, 0])
+    run_group("b", [0, 0])
+    assert not buf.may_start(G)  # (η + 1)·B = 4 live
+    assert len(buf.take(B, timeout_s=1)[0]) == 4
+    buf.set_version(1)
+    run_group("c", [0, 1])  # its first episode sampled a token with the old weights
+    run_group("d", [1, 1])
+    with pytest.raises(TimeoutError):  # c's stale episode is dropped: 3 ready, 7 live
+        buf.take(B, timeout_s=0.2)
+    assert buf.dropped == 1
+    run_group("e", [1, 1])  # admitted although 7 + 2 > 8
+    trajs, m = buf.take(B, timeout_s=1)
+    assert [t.group_id for t in trajs] == ["c", "d", "d", "e", "e"]
+    assert m["async/dropped"] == 1.0
+    buf.set_version(2)  # 9 live, budget 3·4 + 1 overtaken = 13
+    run_group("f", [2, 2])
+    run_group("g", [2, 2])
+    assert not buf.may_start(G)
+    assert len(buf.take(B, timeout_s=1)[0]) == 4
 
 
 def test_correction_weights_come_from_stored_behaviour_logprobs(setup):

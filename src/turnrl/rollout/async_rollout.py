@@ -18,10 +18,12 @@ buffer until a whole group (the requests sharing a ``group_id``) is done.
 Staleness. Every action token records the policy version that sampled it. At hand-over, a
 trajectory's staleness is ``version - oldest version among its action tokens``; one above
 ``max_staleness`` (η) is dropped and counted, so it never reaches the loss. To waste little, no
-episode is started that could not be trained in time: with batch size B, a group of G episodes
-starts only if ``started - dropped + G <= (updates + η + 1) * B``, i.e. at most (η + 1)·B
-episodes are in flight or waiting. With η = 0 the next batch starts only after the update: this
-is exactly the synchronous schedule (same requests, same seeds, same trajectories).
+episode is started that could not be trained in time: with batch size B, a group starts only
+while ``started - dropped < (updates + η + 1) * B + overtaken``, i.e. about (η + 1)·B episodes
+are in flight or waiting (``overtaken``: trajectories handed over beyond B, since hand-overs are
+whole groups). With η = 0 and B a multiple of the group size the next batch starts only after
+the update: this is exactly the synchronous schedule (same requests, same seeds, same
+trajectories).
 
 Weights and episodes in flight (``inflight``):
 
@@ -96,7 +98,7 @@ class TrajectoryBuffer:
         self.batch_size, self.max_staleness = batch_size, max_staleness
         self.version0 = self.version = version
         self.cond = threading.Condition()
-        self.started = self.dropped = self.consumed = self.inflight = 0
+        self.started = self.dropped = self.consumed = self.inflight = self.overtaken = 0
         self.exhausted = False
         self.error: BaseException | None = None
         self.on_change: Callable[[], None] = lambda: None
@@ -106,10 +108,13 @@ class TrajectoryBuffer:
 
     # -- producer side --------------------------------------------------------------------
     def may_start(self, n: int) -> bool:
+        """Room for a group of ``n``: true while fewer than the budget are live. A group may
+        overshoot the budget by up to ``n - 1`` episodes (after a partial drop the count is no
+        longer a multiple of the group size; waiting for exact room would stall forever); what
+        overshoots is at worst dropped as stale at hand-over."""
+        del n
         with self.cond:
-            updates = self.version - self.version0
-            budget = (updates + self.max_staleness + 1) * self.batch_size
-            return self.started - self.dropped + n <= budget
+            return not self._blocked()
 
     def start(self, group_id: str, group_size: int) -> int:
         with self.cond:
@@ -187,6 +192,7 @@ class TrajectoryBuffer:
             while self._ready and len(taken) < n:
                 taken += sorted(self._ready.pop(0).done, key=lambda d: d[0])
             self.consumed += len(taken)
+            self.overtaken += max(len(taken) - n, 0)
             stale = Counter(self.staleness(v0, t) for _, v0, t in taken)
             metrics: dict[str, float] = {
                 f"async/staleness_{k}": float(c) for k, c in sorted(stale.items())
@@ -204,8 +210,12 @@ class TrajectoryBuffer:
             return [t for _, _, t in taken], metrics
 
     def _blocked(self) -> bool:
+        """No room: live episodes (started, not dropped) fill the budget of η + 1 batches
+        beyond those consumed. Whole groups make a hand-over exceed its batch size; the excess
+        (``overtaken``) counts as consumed ahead, or the producer would stall one group short."""
         updates = self.version - self.version0
-        return self.started - self.dropped >= (updates + self.max_staleness + 1) * self.batch_size
+        budget = (updates + self.max_staleness + 1) * self.batch_size + self.overtaken
+        return self.started - self.dropped >= budget
 
 
 def clone_policy(policy: HFPolicy) -> HFPolicy:

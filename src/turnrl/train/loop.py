@@ -276,7 +276,11 @@ def train(
                 requests = sample_requests(cfg, train_tasks, step)
                 trajs = rollout(cfg, family, requests, renderer, policy, params)
             else:
-                trajs, rollout_metrics = rollouts.get_batch(step)
+                # Each episode is capped at episode_timeout_s; a batch far slower than that
+                # means the producer is stuck, which must fail the run, not hang it.
+                trajs, rollout_metrics = rollouts.get_batch(
+                    step, timeout_s=4 * cfg.rollout.episode_timeout_s
+                )
             t1 = time.monotonic()
             screen_metrics = (
                 apply_screeners(trajs, zero_reward=cfg.reward.zero_flagged)
