@@ -18,6 +18,7 @@ from turnrl.algo.advantages import (
     dr_grpo,
     gigpo,
     grpo,
+    no_credit_for_malformed,
     reinforce_pp,
     rloo,
     step_rewards,
@@ -352,3 +353,13 @@ def test_all_equal_group_gives_zero(value, n, estimator):
         gamma=0.9,
     )
     assert torch.allclose(out.tokens, torch.zeros_like(out.tokens), atol=1e-5)
+
+
+def test_malformed_turns_keep_blame_but_get_no_credit():
+    """Two episodes of two turns (tokens 0-1 turn 0, tokens 2-3 turn 1); turn 1 of each is
+    malformed. The winner (A = +1) keeps +1 on its good turn and gets 0 on the garbled one; the
+    loser (A = -1) keeps -1 everywhere; padding (0) stays 0."""
+    adv = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, -1.0, -1.0, 0.0]])
+    malformed = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 1, 1, 0]], dtype=torch.bool)
+    out = no_credit_for_malformed(adv, malformed)
+    assert out.tolist() == [[1.0, 1.0, 0.0, 0.0, 0.0], [-1.0, -1.0, -1.0, -1.0, 0.0]]

@@ -340,6 +340,7 @@ def test_malformed_calls_become_observations_then_parse_errors(tiny, action, mes
     obs = tool_messages(traj)
     assert len(obs) == 2 and message in obs[0]  # the third error ends the episode
     assert traj.metrics["parse_errors"] == 3
+    assert [t.malformed for t in traj.turns] == [True] * 3
 
 
 def test_long_observation_is_clipped_with_marker(tiny):
@@ -364,6 +365,7 @@ def test_anchor_and_per_turn_reward_are_recorded(tiny):
     traj = episode(tiny, [call("wait")], RolloutLimits(max_turns=2), env=Rewarding())
     assert [t.reward for t in traj.turns] == [0.25, 0.25]
     assert traj.turns[0].anchor == "paid"
+    assert not any(t.malformed for t in traj.turns)
 
 
 def test_backend_failure_ends_episode_not_run(tiny):

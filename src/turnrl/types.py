@@ -79,6 +79,9 @@ class Turn:
     anchor: Any = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     parse_error: str | None = None
+    # the action did not parse, or the env rejected a call as malformed (unknown tool, bad
+    # arguments): it changed nothing, so it earns no positive credit (see no_credit_for_malformed)
+    malformed: bool = False
 
 
 @dataclass

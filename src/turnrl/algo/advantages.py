@@ -319,6 +319,19 @@ def turns_to_tokens(
     return torch.where(keep, per_token, torch.zeros((), dtype=adv.dtype))
 
 
+def no_credit_for_malformed(adv: torch.Tensor, malformed: torch.Tensor) -> torch.Tensor:
+    """A'_{i,t} = min(A_{i,t}, 0) where token t belongs to a malformed turn, else A_{i,t}.
+
+    Shapes: ``adv, malformed: [B, T]`` → ``[B, T]``. A malformed action (text that does not parse,
+    an unknown tool, bad arguments) changed nothing in the environment, so an episode's success
+    is no evidence for it; it keeps its share of a failure (it spent a turn and counts towards
+    the parse-error limit). Without this, a success that recovered from a garbled call pushes the
+    garbled tokens up with the whole episode's advantage: rare tokens gain the most, entropy
+    rises and the call format decays over training.
+    """
+    return torch.where(malformed.bool(), adv.clamp(max=0), adv)
+
+
 # ---------------------------------------------------------------------------------------------
 # Anchors: python states -> integer ids
 # ---------------------------------------------------------------------------------------------

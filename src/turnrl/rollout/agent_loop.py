@@ -143,6 +143,7 @@ async def run_episode(
                 except ParseError as e:
                     parse_errors += 1
                     turn.parse_error = str(e)
+                    turn.malformed = True
                     observations.append(f"Error: {e}")
                     turn.anchor = ("parse_error",)
                 else:
@@ -156,6 +157,7 @@ async def run_episode(
                         turn.anchor = step.info.get("anchor", step.observation)
                         if step.info.get("error") in MALFORMED:
                             parse_errors += 1
+                            turn.malformed = True
                         if step.terminated:
                             terminated = True
                             break

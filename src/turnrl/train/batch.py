@@ -18,6 +18,7 @@ class Batch:
     behavior_logprobs: torch.Tensor  # [B, T] sampler's logprobs, 0 elsewhere
     policy_versions: torch.Tensor  # [B, T] version that sampled each token, -1 elsewhere
     turn_index: torch.Tensor  # [B, T] turn of each action token, -1 elsewhere
+    malformed: torch.Tensor  # [B, T] bool, action tokens of malformed turns
     rewards: torch.Tensor  # [B] final rewards
     group_index: torch.Tensor  # [B] long, one id per task group
     truncated: torch.Tensor  # [B] bool
@@ -39,6 +40,7 @@ def collate(trajs: list[Trajectory], pad_id: int) -> Batch:
     blp = torch.zeros((B, T), dtype=torch.float32)
     ver = torch.full((B, T), -1, dtype=torch.long)
     tix = torch.full((B, T), -1, dtype=torch.long)
+    bad = torch.zeros((B, T), dtype=torch.bool)
     trew = torch.zeros((B, K), dtype=torch.float32)
     tmask = torch.zeros((B, K), dtype=torch.float32)
     groups: dict[str, int] = {}
@@ -51,6 +53,7 @@ def collate(trajs: list[Trajectory], pad_id: int) -> Batch:
         ver[b, :n] = torch.tensor(t.policy_versions)
         for k, turn in enumerate(t.turns):
             tix[b, turn.action_start : turn.action_end] = k
+            bad[b, turn.action_start : turn.action_end] = turn.malformed
             trew[b, k] = turn.reward
             tmask[b, k] = 1.0
         groups.setdefault(t.group_id, len(groups))
@@ -64,6 +67,7 @@ def collate(trajs: list[Trajectory], pad_id: int) -> Batch:
         behavior_logprobs=blp,
         policy_versions=ver,
         turn_index=tix,
+        malformed=bad,
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32),
         group_index=torch.tensor([groups[t.group_id] for t in trajs], dtype=torch.long),
         truncated=torch.tensor([t.truncated for t in trajs], dtype=torch.bool),

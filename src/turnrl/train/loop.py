@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from turnrl.algo.advantages import compute_advantages
+from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
 from turnrl.algo.losses import policy_loss, sequence_logprobs, token_entropy
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family, make_family
@@ -110,6 +110,7 @@ def train_on_batch(
         step_weight=a.gigpo_weight,
         gigpo_norm=a.gigpo_norm,
     )
+    adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed)
     # Rows whose advantages are all 0 add no policy gradient; without KL/entropy terms they are
     # skipped (as DAPO's dynamic sampling does), which on CPU halves the work of a typical step.
     has_signal = (adv.tokens.abs() * adv.loss_mask).sum(-1) > 0  # [B]
