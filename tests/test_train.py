@@ -85,6 +85,15 @@ def test_config_file_recipe_and_overrides_merge(tmp_path):
     assert cfg.algo.advantage == "rloo" and cfg.algo.eps_high == 0.3
 
 
+def test_overrides_keep_the_default_recipe_unless_they_name_another_env():
+    default = load_config(None, [])
+    more_eval = load_config(None, ["env.eval_tasks=200"])
+    assert more_eval.name == default.name == "code-tiny" and more_eval.env.eval_tasks == 200
+    assert more_eval.sft == default.sft and more_eval.env.options == default.env.options
+    other = load_config(None, ["env.name=guess"])
+    assert other.env.name == "guess" and other.env.options == {}
+
+
 def test_bad_env_option_fails_before_work(tmp_path):
     from turnrl.train.config import TrainConfig
 

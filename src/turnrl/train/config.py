@@ -212,8 +212,10 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] = ()
             raise ConfigError(f"{config_file}: top level must be a mapping")
         recipe = loaded.pop("recipe", None) if recipe is None else recipe
         data = loaded
-    if recipe is None and config_file is None and "env" not in cli:
-        recipe = DEFAULT_RECIPE  # `turnrl train` with no arguments: the default run
+    env_named = isinstance(cli.get("env"), dict) and "name" in cli["env"]
+    if recipe is None and config_file is None and not env_named:
+        # the default run, also under overrides that keep its env (env.eval_tasks=200)
+        recipe = DEFAULT_RECIPE
     if recipe is not None:
         path = RECIPES / f"{recipe}.yaml"
         if not path.exists():
