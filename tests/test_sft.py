@@ -94,3 +94,18 @@ def test_sft_loss_adds_the_weighted_mean_over_argument_values():
         model, [demo], epochs=1, lr=1e-3, batch_size=1, pad_id=0, seed=0, value_weight=2.0
     )
     assert losses[0] == pytest.approx((actions + 2.0 * values).item(), rel=1e-4)
+
+
+def test_demo_tokenizer_learns_every_episodes_tools():
+    """Episodes may show different tool lists (the tools env narrows them per task): every
+    tool's name and argument frames become single tokens, not only the first episode's."""
+    from dataclasses import replace
+
+    from turnrl.train.setup import demo_tokenizer
+
+    first = replace(episode(), tools=TOOLS[1:], calls=[ToolCall("submit", {})])
+    second = replace(episode(), tools=TOOLS[:1])
+    tok = demo_tokenizer([first, second], vocab_size=400)
+    for token in ("edit_file", '","old":"', "submit"):
+        assert tok.convert_tokens_to_ids(token) != tok.unk_token_id, token
+        assert len(tok.tokenize(token)) == 1, token

@@ -128,7 +128,8 @@ def demo_tokenizer(episodes: list[ScriptedEpisode], vocab_size: int) -> PreTrain
     for ep in episodes:
         texts += [ep.instructions, ep.first_message] + ep.observations
         texts += [parser.format([c]) for c in ep.calls]
-    tools = episodes[0].tools if episodes else []
+    # every tool any episode showed (an env may narrow the list per task, as the tools env does)
+    tools = list({t["function"]["name"]: t for ep in episodes for t in ep.tools}.values())
     texts += [json.dumps(t["function"]) for t in tools]
     return train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=tool_call_tokens(tools))
 
