@@ -75,7 +75,7 @@ def _tiny_with_warm_start(
         json.dumps(
             {
                 "model": cfg.model.model_dump(),
-                "env": cfg.env.model_dump(),
+                "env": cfg.env.model_dump(exclude={"eval_tasks"}),  # eval never reaches SFT
                 "sft": cfg.sft.model_dump(),
                 "seed": cfg.seed,
                 "rollout": [
