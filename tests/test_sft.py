@@ -109,3 +109,27 @@ def test_demo_tokenizer_learns_every_episodes_tools():
     for token in ("edit_file", '","old":"', "submit"):
         assert tok.convert_tokens_to_ids(token) != tok.unk_token_id, token
         assert len(tok.tokenize(token)) == 1, token
+
+
+def test_numeric_arguments_get_their_frame_as_one_token():
+    """``{"event_id":2}`` has no quote before the value: its frame is ``"event_id":``."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "move_event",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"day": {"type": "string"}, "event_id": {"type": "integer"}},
+                },
+            },
+        }
+    ]
+    parser = HermesToolCallParser()
+    calls = [ToolCall("move_event", {"event_id": 2}), ToolCall("move_event", {"day": "mon"})]
+    calls.append(ToolCall("move_event", {"day": "mon", "event_id": 7}))
+    texts = [parser.format([c]) for c in calls] * 20
+    tok = train_tokenizer(texts, vocab_size=300, extra_tokens=tool_call_tokens(tools))
+    assert '"event_id":' in tok.tokenize(parser.format([calls[0]]))
+    assert '","event_id":' in tok.tokenize(parser.format([calls[2]]))
+    assert '"day":"' in tok.tokenize(parser.format([calls[1]]))

@@ -261,6 +261,26 @@ def test_tasks_deterministic_tiered_and_held_out():
     assert {t.payload["template"] for t in easy_only} == {f.__name__ for f in TEMPLATES["easy"]}
 
 
+def test_statement_split_holds_out_goals_with_training_words():
+    """held_out="statement": test goals are never training goals, every template has test
+    tasks, and their entity names all come from the training vocabulary."""
+    fam = ToolsFamily(held_out="statement")
+    train = {t.payload["statement"] for t in fam.tasks("train")}
+    test = fam.tasks("test")
+    assert not train & {t.payload["statement"] for t in test}
+    assert {t.payload["template"] for t in test} == {
+        f.__name__ for tier in TEMPLATES.values() for f in tier
+    }
+    train_words = VOCAB["train"]
+    for t in test:
+        for f in t.payload["init"].get("files", []):
+            assert f["path"].split("/")[0] in train_words.folders + ("invoices",), t.id
+    eps = run_all(run_scripted(fam.make_env(), t, fam.expert(t)) for t in test[:24])
+    assert all(e.result.success for e in eps), [e.result.info for e in eps]
+    with pytest.raises(ValueError, match="held_out"):
+        ToolsFamily(held_out="nope")
+
+
 def test_easy_observations_are_short():
     tasks = ToolsFamily(tiers=("easy",)).tasks("train", 30)
     eps = run_all(run_scripted(FAMILY.make_env(), t, FAMILY.expert(t)) for t in tasks)

@@ -29,13 +29,17 @@ ADDED_TOKENS = [
 
 def tool_call_tokens(tools: list[dict]) -> list[str]:
     """Single tokens for the env's tool names and the JSON frame around each argument
-    (``"path":"`` and ``","path":"``), so an argument's value is tokenized on its own: the
-    ``" -"`` the model writes in ``"old":" -"`` is then the token it read in ``a - b``."""
+    (``"path":"`` and ``","path":"``; ``"hour":`` and ``","hour":`` for numbers), so an
+    argument's value is tokenized on its own: the ``" -"`` the model writes in ``"old":" -"`` is
+    then the token it read in ``a - b``."""
     tokens = []
     for t in tools:
         tokens.append(t["function"]["name"])
-        for p in t["function"].get("parameters", {}).get("properties", {}):
-            tokens += [f'"{p}":"', f'","{p}":"']
+        for p, spec in t["function"].get("parameters", {}).get("properties", {}).items():
+            if spec.get("type") in ("integer", "number", "boolean"):  # no quote opens the value
+                tokens += [f'"{p}":', f'","{p}":', f',"{p}":']
+            else:
+                tokens += [f'"{p}":"', f'","{p}":"']
     return list(dict.fromkeys(tokens))
 
 

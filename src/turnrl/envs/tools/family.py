@@ -24,6 +24,9 @@ class ToolsOptions(pydantic.BaseModel):
     tiers: tuple[Tier, ...] = ("easy", "hard")
     progress_reward: bool = False  # per-turn reward = change in progress towards the goal
     narrow_tools: bool = True  # show only the tools of the task's domains
+    # "vocabulary": test tasks use words training never shows; "statement": the training
+    # words, unseen goal statements (for a model whose tokenizer learned only training text)
+    held_out: Literal["vocabulary", "statement"] = "vocabulary"
     train_size: int = pydantic.Field(600, gt=0)  # tasks() default n
     test_size: int = pydantic.Field(120, gt=0)
 
@@ -35,11 +38,11 @@ class ToolsFamily:
         self.options = ToolsOptions(**options)
 
     def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
-        """Generated tasks; ``train`` and ``test`` use disjoint vocabularies (held out)."""
+        """Generated tasks; ``test`` is held out by ``options.held_out``."""
         o = self.options
         if n is None:
             n = o.train_size if split == "train" else o.test_size
-        return generate(split, n, seed, tuple(o.tiers))
+        return generate(split, n, seed, tuple(o.tiers), o.held_out)
 
     def make_env(self) -> ToolsEnv:
         return ToolsEnv(self.options.progress_reward, self.options.narrow_tools)

@@ -8,15 +8,20 @@ scripted expert makes; the agent never sees the payload).
 Tiers: ``easy`` templates need 1-2 tool calls with one-line observations (a tiny model with a
 2048-token context can do them); ``hard`` ones need 3-6 calls, reading before writing.
 
-Held-out split: ``train`` and ``test`` use the same templates but disjoint vocabularies (file
-names, folders, words, event titles, account names), so a test task never shares an entity name
-with a training task. Generation is deterministic in (split, seed, index).
+Held-out split (``held_out``): with ``"vocabulary"`` (the default) ``train`` and ``test`` use
+the same templates but disjoint vocabularies (file names, folders, words, event titles, account
+names), so a test task never shares an entity name with a training task. With ``"statement"``
+both use the training vocabulary and a stable hash of the goal statement puts ~20 % of all
+statements in ``test``, so a test goal is never a training goal but its words were seen: the
+split for a model trained from scratch, whose tokenizer and embeddings know only training text.
+Generation is deterministic in (split, seed, index).
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +124,7 @@ def files_delete(rng: random.Random, v: Vocab) -> Draft:
     init, goal = _world(files=files)
     goal["files"] = [f for f in goal["files"] if f["path"] != target]
     return Draft(
-        f"Delete the file {target}.", ("files",), init, goal, [("delete_file", {"path": target})]
+        f'Delete the file "{target}".', ("files",), init, goal, [("delete_file", {"path": target})]
     )
 
 
@@ -135,7 +140,7 @@ def files_write(rng: random.Random, v: Vocab) -> Draft:
     init, goal = _world(files=files)
     goal["files"].append({"path": path, "content": text})
     return Draft(
-        f"Create the file {path} with the text: {text}",
+        f'Create the file "{path}" with the text "{text}".',
         ("files",),
         init,
         goal,
@@ -155,7 +160,11 @@ def files_move(rng: random.Random, v: Vocab) -> Draft:
         if f["path"] == src:
             f["path"] = dst
     return Draft(
-        f"Rename {src} to {dst}.", ("files",), init, goal, [("move_file", {"src": src, "dst": dst})]
+        f'Rename "{src}" to "{dst}".',
+        ("files",),
+        init,
+        goal,
+        [("move_file", {"src": src, "dst": dst})],
     )
 
 
@@ -198,7 +207,7 @@ def bank_transfer(rng: random.Random, v: Vocab) -> Draft:
     init, goal = _world(accounts=accounts)
     _transfer(goal, src, dst, amount)
     return Draft(
-        f"Transfer {amount} from {src} to {dst}.",
+        f'Transfer {amount} from "{src}" to "{dst}".',
         ("bank",),
         init,
         goal,
@@ -320,7 +329,7 @@ def bank_invoice(rng: random.Random, v: Vocab) -> Draft:
     _transfer(goal, src, payee, amount)
     goal["files"] = [f for f in goal["files"] if f["path"] != path]
     return Draft(
-        f"Pay the invoice in {path} from {src}, then delete the invoice file.",
+        f'Pay the invoice in "{path}" from "{src}", then delete the invoice file.',
         ("files", "bank"),
         init,
         goal,
@@ -341,7 +350,7 @@ def bank_split(rng: random.Random, v: Vocab) -> Draft:
     _transfer(goal, src, a, half)
     _transfer(goal, src, b, half)
     return Draft(
-        f"Transfer half of the balance of {src} to {a} and the other half to {b}.",
+        f'Transfer half of the balance of "{src}" to "{a}" and the other half to "{b}".',
         ("bank",),
         init,
         goal,
@@ -366,18 +375,37 @@ TEMPLATES: dict[str, tuple[Callable[[random.Random, Vocab], Draft], ...]] = {
 }
 
 
+def statement_split(statement: str) -> str:
+    """The split a goal statement belongs to when ``held_out="statement"`` (~20 % test)."""
+    return "test" if zlib.crc32(statement.encode()) % 5 == 0 else "train"
+
+
 def generate(
-    split: str, n: int, seed: int = 0, tiers: tuple[str, ...] = ("easy", "hard")
+    split: str,
+    n: int,
+    seed: int = 0,
+    tiers: tuple[str, ...] = ("easy", "hard"),
+    held_out: str = "vocabulary",
 ) -> list[Task]:
     """``n`` tasks of ``split``, cycling through the templates of ``tiers`` in a fixed order."""
     if split not in VOCAB:
         raise ValueError(f"tools env: unknown split {split!r} (use 'train' or 'test')")
+    if held_out not in ("vocabulary", "statement"):
+        raise ValueError(f"tools env: held_out={held_out!r} (use 'vocabulary' or 'statement')")
     templates = [(tier, t) for tier in tiers for t in TEMPLATES[tier]]
     tasks = []
     for i in range(n):
         tier, template = templates[i % len(templates)]
         rng = random.Random(f"tools:{split}:{seed}:{i}")
-        d = template(rng, VOCAB[split])
+        if held_out == "vocabulary":
+            d = template(rng, VOCAB[split])
+        else:  # redraw until the statement hashes into this split
+            for _ in range(1000):
+                d = template(rng, VOCAB["train"])
+                if statement_split(d.statement) == split:
+                    break
+            else:
+                raise ValueError(f"tools env: {template.__name__} has no {split} statement")
         payload = {
             "tier": tier,
             "template": template.__name__,
