@@ -108,14 +108,14 @@ def test_bad_env_option_fails_before_work(tmp_path):
 
 @pytest.mark.slow
 def test_training_moves_policy_towards_reward_and_writes_run_dir(tmp_path):
-    cfg = load_config(None, BANDIT + [f"runs_dir={tmp_path}", "steps=10"])
+    cfg = load_config(None, BANDIT + [f"runs_dir={tmp_path}", "steps=15"])
     run_dir = train(cfg, quiet=True, log=lambda s: None)
     rows = metrics(run_dir)
     evals = [r for r in rows if "eval/success" in r]
     before, after = evals[0]["eval/success"], evals[-1]["eval/success"]
     assert after >= before + 0.2, (before, after)
     steps = [r for r in rows if "reward/mean" in r]
-    assert len(steps) == 10
+    assert len(steps) == 15
     assert steps[-1]["reward/mean"] > steps[0]["reward/mean"]
     required = [
         "step",
