@@ -232,14 +232,14 @@ def test_partial_drop_does_not_stall_the_producer():
     buf = TrajectoryBuffer(batch_size=B, max_staleness=0, version=0)
 
     def run_group(name: str, versions: list[int]) -> None:
-        assert buf.may_start(G), f"group {name} refused: started={buf.started}"
+        assert buf.may_start(), f"group {name} refused: started={buf.started}"
         seqs = [buf.start(name, G) for _ in versions]
         for seq, v in zip(seqs, versions):
             buf.finish(seq, name, v, _sampled_at(name, v))
 
     run_group("a", [0, 0])
     run_group("b", [0, 0])
-    assert not buf.may_start(G)  # (η + 1)·B = 4 live
+    assert not buf.may_start()  # (η + 1)·B = 4 live
     assert len(buf.take(B, timeout_s=1)[0]) == 4
     buf.set_version(1)
     run_group("c", [0, 1])  # its first episode sampled a token with the old weights
@@ -254,7 +254,7 @@ def test_partial_drop_does_not_stall_the_producer():
     buf.set_version(2)  # 9 live, budget 3·4 + 1 overtaken = 13
     run_group("f", [2, 2])
     run_group("g", [2, 2])
-    assert not buf.may_start(G)
+    assert not buf.may_start()
     assert len(buf.take(B, timeout_s=1)[0]) == 4
 
 

@@ -269,7 +269,7 @@ class RayRollouts:
                         exhausted = True
                         self.buffer.close_input()
                         break
-                if not self.buffer.may_start(len(waiting[0])):
+                if not self.buffer.may_start():
                     break
                 group = waiting.popleft()
                 for req in group:

@@ -107,12 +107,11 @@ class TrajectoryBuffer:
         self._dropped_reported = 0
 
     # -- producer side --------------------------------------------------------------------
-    def may_start(self, n: int) -> bool:
-        """Room for a group of ``n``: true while fewer than the budget are live. A group may
-        overshoot the budget by up to ``n - 1`` episodes (after a partial drop the count is no
+    def may_start(self) -> bool:
+        """Room for the next group: true while fewer than the budget are live. A group of G may
+        overshoot the budget by up to G - 1 episodes (after a partial drop the count is no
         longer a multiple of the group size; waiting for exact room would stall forever); what
         overshoots is at worst dropped as stale at hand-over."""
-        del n
         with self.cond:
             return not self._blocked()
 
@@ -383,7 +382,7 @@ class AsyncRollouts:
         try:
             for unit in self.requests:
                 for group in groups_of(list(unit)):
-                    while not self.buffer.may_start(len(group)):
+                    while not self.buffer.may_start():
                         await wake.wait()
                         wake.clear()
                     sampler = self._sampler()

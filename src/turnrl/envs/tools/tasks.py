@@ -24,7 +24,7 @@ import random
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from turnrl.types import Task
 
@@ -385,13 +385,11 @@ def generate(
     n: int,
     seed: int = 0,
     tiers: tuple[str, ...] = ("easy", "hard"),
-    held_out: str = "vocabulary",
+    held_out: Literal["vocabulary", "statement"] = "vocabulary",
 ) -> list[Task]:
     """``n`` tasks of ``split``, cycling through the templates of ``tiers`` in a fixed order."""
     if split not in VOCAB:
         raise ValueError(f"tools env: unknown split {split!r} (use 'train' or 'test')")
-    if held_out not in ("vocabulary", "statement"):
-        raise ValueError(f"tools env: held_out={held_out!r} (use 'vocabulary' or 'statement')")
     templates = [(tier, t) for tier in tiers for t in TEMPLATES[tier]]
     tasks = []
     for i in range(n):
