@@ -14,6 +14,7 @@ from turnrl.envs.code import CodeEnv, CodeFamily
 from turnrl.envs.code.env import clip, compact_pytest_output, resplit_visible
 from turnrl.envs.code.expert import CodeExpert, minimal_edits, wrong_variant
 from turnrl.envs.code.grader import parse_summary
+from turnrl.envs.code.run_cache import RunCache, tree_digest
 from turnrl.envs.scripted import run_scripted
 from turnrl.sandbox import sandbox_backend
 from turnrl.types import Task, ToolCall
@@ -473,3 +474,80 @@ def test_bug_holdout_keeps_modules_but_never_test_bugs():
     assert {t.payload["module"] for t in test} <= {t.payload["module"] for t in train}
     with pytest.raises(ValueError, match="holdout"):
         CodeFamily(holdout="everything")
+
+
+# ------------------------------------------------------------------- shared test runs
+
+
+def test_run_cache_computes_once_and_keeps_only_what_it_may():
+    async def go():
+        cache, calls = RunCache(max_entries=2), []
+
+        async def compute(value):
+            calls.append(value)
+            await asyncio.sleep(0.01)
+            return value
+
+        # three concurrent asks for one key: one computation, three answers
+        same = await asyncio.gather(*(cache.get("a", lambda: compute(1)) for _ in range(3)))
+        assert same == [1, 1, 1] and calls == [1]
+        assert await cache.get("a", lambda: compute(2)) == 1 and calls == [1]
+        # a result that may not be kept (a timed-out run) is computed again next time
+        assert await cache.get("t", lambda: compute(3), keep=lambda r: False) == 3
+        assert await cache.get("t", lambda: compute(4)) == 4 and calls == [1, 3, 4]
+        # at most max_entries: "a" was used least recently and goes
+        await cache.get("b", lambda: compute(5))
+        assert await cache.get("a", lambda: compute(6)) == 6
+
+        async def boom():
+            raise ValueError("broken")
+
+        # a failure reaches every waiter and is not cached
+        results = await asyncio.gather(
+            *(cache.get("e", boom) for _ in range(2)), return_exceptions=True
+        )
+        assert all(isinstance(r, ValueError) for r in results)
+        assert await cache.get("e", lambda: compute(7)) == 7
+        return cache
+
+    cache = asyncio.run(go())
+    assert (cache.hits, cache.misses) == (3, 8)
+
+
+def test_tree_digest_sees_paths_and_bytes_not_pycache(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    first = tree_digest(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    assert tree_digest(tmp_path) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert tree_digest(tmp_path) != first
+    (tmp_path / "a.py").rename(tmp_path / "b.py")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    assert tree_digest(tmp_path) != first
+
+
+def test_family_envs_share_test_runs_for_equal_files():
+    """Episodes of one family that reach the same files share their pytest runs, and still get
+    the grades (and run_tests output) a fresh run gives; different files run again."""
+
+    async def go():
+        task = calc_task()
+        fam = CodeFamily()
+        fix = ToolCall("edit_file", {"path": "calc.py", "old": "a - b", "new": "a + b"})
+        wrong = ToolCall("edit_file", {"path": "calc.py", "old": "a - b", "new": "b - a"})
+        tests = ToolCall("run_tests", {})
+        group = await asyncio.gather(
+            *(play(task, [fix, tests], fam.make_env()) for _ in range(3)),
+            play(task, [wrong, tests], fam.make_env()),
+        )
+        alone = await play(task, [fix, tests])  # an env outside the family: fresh runs
+        return fam.run_cache, group, alone
+
+    cache, group, alone = asyncio.run(go())
+    # per distinct tree: run_tests, the hidden suite and the naive proxy = 3 runs; two trees
+    assert (cache.misses, cache.hits) == (6, 6)
+    for ep in group[:3]:
+        assert ep.result.success and ep.result.info["tests"] == alone.result.info["tests"]
+        assert ep.observations[1] == alone.observations[1]
+    assert not group[3].result.success and "failed" in group[3].observations[1]

@@ -70,6 +70,11 @@ class SandboxResult:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    @property
+    def finished(self) -> bool:
+        """It ended on its own: no timeout or limit killed it (those depend on the load)."""
+        return not self.timed_out and self.killed_reason is None
+
 
 class CappedOutput:
     """Keeps the first and last halves of a byte stream, counting what falls in between.

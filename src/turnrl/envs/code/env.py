@@ -22,6 +22,7 @@ from turnrl.envs.code import grader
 from turnrl.envs.code.expert import CodeExpert
 from turnrl.envs.code.micro import micro_tasks
 from turnrl.envs.code.pytest_results import PYTEST_ENV
+from turnrl.envs.code.run_cache import RunCache, tree_digest
 from turnrl.envs.code.tasks import load_tasks, materialize, visible_test_file
 from turnrl.envs.scripted import DoNothingAgent
 from turnrl.sandbox import Limits, run_in_sandbox
@@ -93,10 +94,13 @@ class CodeEnv(ToolEnv):
         limits: Limits | None = None,
         max_obs_chars: int = 2000,
         penalty: float = 0.0,
+        run_cache: RunCache | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self.max_obs_chars = max_obs_chars
         self.penalty = penalty
+        # test runs shared with the family's other envs (None: every run is a fresh one)
+        self.run_cache = run_cache or RunCache(0)
         self.task: Task | None = None
         self.workspace: Path | None = None
         self.commands: list[str] = []  # what the agent ran, for the exploit screener
@@ -200,7 +204,12 @@ class CodeEnv(ToolEnv):
             "console_output_style=classic",
             *tests,
         ]
-        result = await run_in_sandbox(command, self._root(), self.limits, env=dict(PYTEST_ENV))
+        root = self._root()
+        result = await self.run_cache.get(
+            (tuple(command), self.limits, tree_digest(root)),
+            lambda: run_in_sandbox(command, root, self.limits, env=dict(PYTEST_ENV)),
+            keep=lambda r: r.finished,
+        )
         if result.timed_out:
             text = clip(compact_pytest_output(result.output), self.max_obs_chars - 30, tail=True)
             return text + "\n[tests timed out]"
@@ -223,6 +232,7 @@ class CodeEnv(ToolEnv):
             [*self.commands, *self.refused_paths],
             limits=self.limits,
             penalty=self.penalty,
+            cache=self.run_cache,
         )
         result.components["submitted"] = float(self.submitted)
         result.info["commands"] = list(self.commands)
@@ -348,6 +358,7 @@ class CodeFamily:
             raise ValueError(f"code env: limits: {e}") from None
         self.visible_fraction = visible_fraction
         self.holdout = holdout
+        self.run_cache = RunCache()  # the envs' test runs, shared: see run_cache.py
 
     def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
         """Generated tasks of ``split`` in the chosen tiers, shuffled by ``seed``, first ``n``."""
@@ -368,7 +379,12 @@ class CodeFamily:
         return pool
 
     def make_env(self) -> CodeEnv:
-        return CodeEnv(limits=self.limits, max_obs_chars=self.max_obs_chars, penalty=self.penalty)
+        return CodeEnv(
+            limits=self.limits,
+            max_obs_chars=self.max_obs_chars,
+            penalty=self.penalty,
+            run_cache=self.run_cache,
+        )
 
     def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> CodeExpert:
         return CodeExpert(task, seed=seed, noise=noise, max_obs_chars=self.max_obs_chars)
@@ -377,4 +393,4 @@ class CodeFamily:
         return DoNothingAgent("submit")
 
     def close(self) -> None:
-        return None  # every env removes its own workspace; nothing is shared
+        self.run_cache = RunCache()  # every env removes its own workspace

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from turnrl.envs.code import exploits
 from turnrl.envs.code.pytest_results import PYTEST_ENV, parse_junit
+from turnrl.envs.code.run_cache import RunCache, tree_digest
 from turnrl.envs.code.tasks import materialize
 from turnrl.sandbox import Limits, SandboxResult, run_in_sandbox
 from turnrl.types import RewardResult, Task
@@ -145,11 +146,17 @@ async def run_pytest_sandboxed(
     return PytestRun(outcomes, summaries, result)
 
 
-async def naive_proxy(workspace: Path, test_files: Iterable[str], limits: Limits) -> float:
+async def naive_proxy(
+    workspace: Path, test_files: Iterable[str], limits: Limits, cache: RunCache | None = None
+) -> float:
     """1.0 if ``python -m pytest <visible tests>`` exits 0 in the agent's workspace: the check a
     naive grader makes, and the one exit/skip/conftest hacks are built to fool."""
-    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *test_files]
-    result = await run_in_sandbox(command, workspace, limits, env=dict(PYTEST_ENV))
+    command = (PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *test_files)
+    result = await (cache or RunCache(0)).get(
+        (command, limits, tree_digest(workspace)),
+        lambda: run_in_sandbox(list(command), workspace, limits, env=dict(PYTEST_ENV)),
+        keep=lambda r: r.finished,
+    )
     return 1.0 if result.returncode == 0 and not result.timed_out else 0.0
 
 
@@ -192,12 +199,15 @@ async def grade_workspace(
     *,
     limits: Limits | None = None,
     penalty: float = 0.0,
+    cache: RunCache | None = None,
 ) -> RewardResult:
     """Grade the agent's final ``workspace`` for a code task (see the module docstring).
 
     ``commands`` are the shell commands the agent ran and any paths it asked for that the
-    env refused; they are screened for grader access and git-history mining.
+    env refused; they are screened for grader access and git-history mining. With ``cache``,
+    a test run on files an earlier episode already graded is answered from it.
     """
+    cache = cache or RunCache(0)
     limits = limits or Limits()
     payload = task.payload
     repo: dict[str, str] = dict(payload["repo"])
@@ -226,14 +236,25 @@ async def grade_workspace(
         test_files = sorted(
             p for p in hidden if p.endswith(".py") and not p.endswith("conftest.py")
         )
+        grading = grading_limits(limits)
+
+        async def hidden_suite() -> PytestRun:
+            run = await run_pytest_sandboxed(fresh, test_files, grading, noconftest=noconftest)
+            # code under test could rewrite a test file before pytest collects it
+            run.tests_intact = all(
+                (fresh / p).is_file() and (fresh / p).read_text(errors="replace") == text
+                for p, text in hidden.items()
+            )
+            return run
+
+        visible_files = sorted(visible)
         hidden_run, proxy = await asyncio.gather(
-            run_pytest_sandboxed(fresh, test_files, grading_limits(limits), noconftest=noconftest),
-            naive_proxy(workspace, sorted(visible), limits),
-        )
-        # code under test could rewrite a test file before pytest collects it
-        hidden_run.tests_intact = all(
-            (fresh / p).is_file() and (fresh / p).read_text(errors="replace") == text
-            for p, text in hidden.items()
+            cache.get(
+                ("hidden", tuple(test_files), noconftest, grading, tree_digest(fresh)),
+                hidden_suite,
+                keep=lambda run: run.sandbox.finished,
+            ),
+            naive_proxy(workspace, visible_files, limits, cache),
         )
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
