@@ -12,7 +12,7 @@ from turnrl.envs.tools.expert import PlanAgent
 from turnrl.envs.user import ModelUser, ScriptedUser, UserFamily
 from turnrl.envs.user.db import affirms, mentions
 from turnrl.envs.user.expert import expert_plan
-from turnrl.envs.user.tasks import POOLS
+from turnrl.envs.user.tasks import POOLS, TEMPLATES
 from turnrl.types import Task, ToolCall
 
 FAMILY = UserFamily()
@@ -332,3 +332,22 @@ def test_noisy_expert_is_deterministic_and_progress_reward_is_optional():
 
     assert sum(run(rewards(UserFamily(progress_reward=True)))) == pytest.approx(1.0)
     assert set(run(rewards(FAMILY))) == {0.0}
+
+
+def test_order_split_holds_out_orders_with_training_words():
+    """held_out="order": no test conversation is about an order a training one is about, every
+    template has test tasks, all words come from the training pools, and the expert solves them."""
+    fam = UserFamily(held_out="order")
+    train, test = fam.tasks("train"), fam.tasks("test", 28, seed=2)
+    assert not {t.payload["user"]["target"] for t in train} & {
+        t.payload["user"]["target"] for t in test
+    }
+    assert {t.payload["template"] for t in test} == {
+        f.__name__ for tier in TEMPLATES.values() for f in tier
+    }
+    test_text = " ".join(json.dumps(t.payload) for t in test)
+    assert not any(w in test_text for w in POOLS["test"].names + POOLS["test"].streets)
+    experts = run_all(run_scripted(fam.make_env(), t, fam.expert(t)) for t in test)
+    assert all(e.result.success for e in experts)
+    with pytest.raises(ValueError, match="held_out"):
+        UserFamily(held_out="nope")

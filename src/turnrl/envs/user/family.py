@@ -29,6 +29,9 @@ class UserOptions(pydantic.BaseModel):
     user_max_turns: int = pydantic.Field(12, gt=0)  # ModelUser leaves after this many replies
     details_per_turn: int = pydantic.Field(1, gt=0)  # ScriptedUser: details revealed per reply
     progress_reward: bool = False
+    # "vocabulary": test customers, streets and products training never shows; "order": the
+    # training ones, in conversations about orders training never shows (for a tiny model)
+    held_out: Literal["vocabulary", "order"] = "vocabulary"
     train_size: int = pydantic.Field(600, gt=0)
     test_size: int = pydantic.Field(120, gt=0)
 
@@ -49,7 +52,7 @@ class UserFamily:
         o = self.options
         if n is None:
             n = o.train_size if split == "train" else o.test_size
-        return generate(split, n, seed, tuple(o.tiers))
+        return generate(split, n, seed, tuple(o.tiers), o.held_out)
 
     def _user_factory(self) -> UserFactory:
         o = self.options

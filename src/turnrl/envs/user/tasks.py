@@ -9,17 +9,21 @@ order id); ``hard`` — return an item (sometimes asking for a refund the policy
 exchange an item, cancel an order whose id the user does not remember (the agent must search
 the user's orders), and a cancellation the policy must refuse (the order is already processed).
 
-Held-out split: ``train`` and ``test`` draw names, streets, products and order-id ranges from
-disjoint pools. Deterministic in (split, seed, index).
+Held-out split (``held_out``): with ``"vocabulary"`` (the default) ``train`` and ``test`` draw
+names, streets, products and order-id ranges from disjoint pools. With ``"order"`` both draw
+from the training pools and a task belongs to ``test`` when the order it is about hashes there
+(~20 % of order ids): conversations about orders training never shows, in words a tiny model's
+tokenizer (trained on training text only) knows. Deterministic in (split, seed, index).
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from turnrl.types import Task
 
@@ -334,8 +338,17 @@ TEMPLATES: dict[str, tuple[Callable[[random.Random, Pool], Draft], ...]] = {
 }
 
 
+def order_split(order_id: str) -> str:
+    """The split of a task about ``order_id`` when ``held_out="order"`` (~20 % test)."""
+    return "test" if zlib.crc32(order_id.encode()) % 5 == 0 else "train"
+
+
 def generate(
-    split: str, n: int, seed: int = 0, tiers: tuple[str, ...] = ("easy", "hard")
+    split: str,
+    n: int,
+    seed: int = 0,
+    tiers: tuple[str, ...] = ("easy", "hard"),
+    held_out: Literal["vocabulary", "order"] = "vocabulary",
 ) -> list[Task]:
     """``n`` tasks of ``split``, cycling through the templates of ``tiers``."""
     if split not in POOLS:
@@ -345,7 +358,12 @@ def generate(
     for i in range(n):
         tier, template = templates[i % len(templates)]
         rng = random.Random(f"user:{split}:{seed}:{i}")
-        d = template(rng, POOLS[split])
+        if held_out == "vocabulary":
+            d = template(rng, POOLS[split])
+        else:  # redraw until the order the task is about hashes into this split
+            d = template(rng, POOLS["train"])
+            while order_split(d.target) != split:
+                d = template(rng, POOLS["train"])
         persona = {
             "name": d.world.me["name"],
             "style": rng.choice(STYLES),
