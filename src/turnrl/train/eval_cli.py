@@ -63,7 +63,7 @@ def run_eval(
                 tasks,
                 renderer,
                 policy,
-                _sampling(cfg, renderer),
+                _sampling(cfg, renderer, evaluation=True),
                 limits_of(cfg),
                 k=k,
                 seed=cfg.seed,

@@ -255,7 +255,7 @@ def train(
                 eval_tasks,
                 renderer,
                 policy,
-                params,
+                _sampling(cfg, renderer, evaluation=True),
                 limits_of(cfg),
                 k=1,
                 seed=cfg.seed + 7,
@@ -382,11 +382,11 @@ def make_rollouts(
     )
 
 
-def _sampling(cfg: TrainConfig, renderer: ChatRenderer):
+def _sampling(cfg: TrainConfig, renderer: ChatRenderer, evaluation: bool = False):
     from turnrl.policy.base import SamplingParams
 
     return SamplingParams(
-        temperature=cfg.rollout.temperature,
+        temperature=cfg.rollout.eval_temperature if evaluation else cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=(renderer.turn_end_id,),
