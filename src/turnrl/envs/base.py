@@ -30,6 +30,7 @@ per-turn reward, end the episode, or attach a screenshot.
 from __future__ import annotations
 
 import inspect
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -83,6 +84,13 @@ def tool_schema(method: Any) -> dict[str, Any]:
             "parameters": params,
         },
     }
+
+
+def hash_split(key: str) -> str:
+    """``"test"`` for ~20 % of keys, by a stable hash: a held-out split over generated tasks
+    that needs no list of what training saw (the tools env splits by goal statement, the user
+    env by order id)."""
+    return "test" if zlib.crc32(key.encode()) % 5 == 0 else "train"
 
 
 class ToolEnv:

@@ -393,4 +393,4 @@ class CodeFamily:
         return DoNothingAgent("submit")
 
     def close(self) -> None:
-        self.run_cache = RunCache()  # every env removes its own workspace
+        self.run_cache = RunCache()  # drop the shared results; each env removes its workspace

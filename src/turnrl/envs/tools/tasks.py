@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import copy
 import random
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from turnrl.envs.base import hash_split
 from turnrl.types import Task
 
 DAYS = ("mon", "tue", "wed", "thu", "fri")
@@ -375,11 +375,6 @@ TEMPLATES: dict[str, tuple[Callable[[random.Random, Vocab], Draft], ...]] = {
 }
 
 
-def statement_split(statement: str) -> str:
-    """The split a goal statement belongs to when ``held_out="statement"`` (~20 % test)."""
-    return "test" if zlib.crc32(statement.encode()) % 5 == 0 else "train"
-
-
 def generate(
     split: str,
     n: int,
@@ -400,7 +395,7 @@ def generate(
         else:  # redraw until the statement hashes into this split
             for _ in range(1000):
                 d = template(rng, VOCAB["train"])
-                if statement_split(d.statement) == split:
+                if hash_split(d.statement) == split:
                     break
             else:
                 raise ValueError(f"tools env: {template.__name__} has no {split} statement")

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import copy
 import random
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from turnrl.envs.base import hash_split
 from turnrl.types import Task
 
 METHODS = ("credit_card", "paypal", "gift_card")
@@ -338,11 +338,6 @@ TEMPLATES: dict[str, tuple[Callable[[random.Random, Pool], Draft], ...]] = {
 }
 
 
-def order_split(order_id: str) -> str:
-    """The split of a task about ``order_id`` when ``held_out="order"`` (~20 % test)."""
-    return "test" if zlib.crc32(order_id.encode()) % 5 == 0 else "train"
-
-
 def generate(
     split: str,
     n: int,
@@ -362,7 +357,7 @@ def generate(
             d = template(rng, POOLS[split])
         else:  # redraw until the order the task is about hashes into this split
             d = template(rng, POOLS["train"])
-            while order_split(d.target) != split:
+            while hash_split(d.target) != split:
                 d = template(rng, POOLS["train"])
         persona = {
             "name": d.world.me["name"],
