@@ -40,12 +40,11 @@ def test_train_eval_report(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     run_dir = tmp_path / "bandit"
     result = tmp_path / "eval.json"
-    out = runner.invoke(app, ["eval", str(run_dir), "--k", "2", "--tasks", "6"])
-    assert out.exit_code == 2 and "rollout.eval_temperature" in out.output  # greedy: k equal tries
+    greedy = ["eval", str(run_dir), "rollout.eval_temperature=0", "--k", "2", "--tasks", "6"]
+    out = runner.invoke(app, greedy)
+    assert out.exit_code == 2 and "rollout.eval_temperature" in out.output  # k equal tries
     out = runner.invoke(
-        app,
-        ["eval", str(run_dir), "rollout.eval_temperature=1.0", "--k", "2", "--tasks", "6"]
-        + ["--out", str(result)],
+        app, ["eval", str(run_dir), "--k", "2", "--tasks", "6", "--out", str(result)]
     )
     assert out.exit_code == 0, out.output
     res = json.loads(result.read_text())

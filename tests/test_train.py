@@ -262,16 +262,17 @@ def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
     assert parser.parse(tok.decode(tok.encode(parser.format([calls[1]])))) == [calls[1]]
 
 
-def test_evaluation_decodes_greedily_unless_told_otherwise():
+def test_evaluation_samples_like_rollouts_unless_told_otherwise():
     from types import SimpleNamespace
 
     from turnrl.train.loop import _sampling
 
     renderer = SimpleNamespace(turn_end_id=7)
-    cfg = load_config()
-    assert _sampling(cfg, renderer).temperature == 1.0  # rollouts explore
+    cfg = load_config(overrides=["rollout.temperature=0.8"])
+    assert _sampling(cfg, renderer).temperature == 0.8  # rollouts explore
+    assert _sampling(cfg, renderer, evaluation=True).temperature == 0.8  # the trained policy
+    cfg = load_config(overrides=["rollout.eval_temperature=0"])  # greedy
     assert _sampling(cfg, renderer, evaluation=True).temperature == 0.0
-    cfg = load_config(overrides=["rollout.eval_temperature=0.7"])
-    assert _sampling(cfg, renderer, evaluation=True).temperature == 0.7
+    assert _sampling(cfg, renderer).temperature == 1.0
     with pytest.raises(ConfigError, match="eval_temperature"):
         load_config(overrides=["rollout.eval_temperature=-1"])

@@ -79,10 +79,10 @@ def evaluate(
     else:
         cfg = _config(None, [*(overrides or []), f"model.name={target}"])
         run_dir = None
-    if k > 1 and cfg.rollout.eval_temperature == 0:
+    if k > 1 and cfg.rollout.held_out_temperature == 0:
         console.print(
             f"[red]--k {k}[/red] needs sampled episodes, and rollout.eval_temperature=0 decodes "
-            "greedily (k identical tries): add rollout.eval_temperature=1.0"
+            "greedily (k identical tries): drop it or set rollout.eval_temperature=1.0"
         )
         raise typer.Exit(2)
     results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)

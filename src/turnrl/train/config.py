@@ -51,12 +51,17 @@ class RolloutConfig(Strict):
     max_parse_errors: int = Field(3, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    # held-out evaluation: 0 decodes greedily (what the agent would do, without sampling
-    # noise; verl's validation default); > 0 samples, as pass@k with k > 1 needs
-    eval_temperature: float = Field(0.0, ge=0)
+    # held-out evaluation: None samples like the rollouts (the policy RL trains, whose
+    # success RL raises); 0 decodes greedily (verl's validation default), which already
+    # removes much of a noisy warm start's mistakes (docs/benchmarks.md, session 9)
+    eval_temperature: float | None = Field(None, ge=0)
     episode_timeout_s: float = Field(300.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
     batch_wait_s: float = Field(0.05, ge=0)
+
+    @property
+    def held_out_temperature(self) -> float:
+        return self.temperature if self.eval_temperature is None else self.eval_temperature
 
 
 class AlgoConfig(Strict):

@@ -386,7 +386,7 @@ def _sampling(cfg: TrainConfig, renderer: ChatRenderer, evaluation: bool = False
     from turnrl.policy.base import SamplingParams
 
     return SamplingParams(
-        temperature=cfg.rollout.eval_temperature if evaluation else cfg.rollout.temperature,
+        temperature=cfg.rollout.held_out_temperature if evaluation else cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=(renderer.turn_end_id,),
