@@ -139,7 +139,9 @@ def sft_train(
     tokens (a path, an operator) are a small share of each action, and a model trained from
     scratch spends its attention on the fixed frame around them; it then learns to copy a value
     from its context late or never. With weight 3 the tiny default model copies the file name
-    and both operators (docs/benchmarks.md, session 6).
+    and both operators, given enough distinct demonstrations: repeating few of them many times
+    teaches it to guess values from their base rates instead (docs/benchmarks.md, sessions 6
+    and 9).
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(

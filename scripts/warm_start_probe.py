@@ -1,0 +1,73 @@
+"""Does a tiny model copy its arguments from context, or guess them? Teacher-forced probe.
+
+Plays the noise-free expert on held-out tasks, feeds each demonstration to the model and
+reports, per tool argument, how often the model's most likely next token is the expert's first
+token of that argument's value (where the copy is chosen). A model that ignores its context
+scores the argument's base rate; the session-9 default warm start scored 0.475 on `new` (the
+operator to write), exactly what picking by the bug's operator family alone gives.
+
+    .venv/bin/python scripts/warm_start_probe.py MODEL_DIR [--env code --option tiers=[0]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+
+import torch
+import yaml
+from transformers import LlamaForCausalLM
+
+from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.envs.registry import make_family
+from turnrl.policy.models import turn_end_token
+from turnrl.policy.tiny import load_tokenizer
+from turnrl.train.sft import _action_tokens, play_demonstrations, render_demo
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="a tiny model folder (a run's model/ or a cached warm start)")
+    ap.add_argument("--env", default="code")
+    ap.add_argument("--option", action="append", default=[], help="env option key=value (YAML)")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--max-turns", type=int, default=6)
+    args = ap.parse_args()
+    options = {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in args.option)}
+    if args.env == "code" and not options:
+        options = {"tiers": [0]}
+    torch.set_num_threads(2)
+    model = LlamaForCausalLM.from_pretrained(args.model).eval()
+    tok = load_tokenizer(args.model)
+    renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+    family = make_family(args.env, options)
+    tasks = family.tasks(args.split, args.tasks, seed=0)
+    episodes = play_demonstrations(family, tasks, 0.0, 0, args.max_turns)
+    hits, seen = collections.Counter(), collections.Counter()
+    for ep in episodes:
+        demo = render_demo(ep, renderer, ep.tools, 384, 4096)
+        if demo is None:
+            continue
+        with torch.no_grad():
+            predicted = model(torch.tensor([demo.token_ids])).logits[0].argmax(-1).tolist()
+        positions = iter(i for i, v in enumerate(demo.value_mask) if v)
+        for call in ep.calls:
+            flags = _action_tokens(call, renderer)[1]
+            keys = [k for k, v in call.arguments.items() if json.dumps(v) != '""']
+            if sum(flags) != len(keys):  # a value the flags could not place: skip the call
+                keys = [None] * sum(flags)
+            for key in keys:
+                at = next(positions)
+                if key is not None:
+                    name = f"{call.name}.{key}"
+                    seen[name] += 1
+                    hits[name] += predicted[at - 1] == demo.token_ids[at]
+    print(f"{args.model}: {args.env} {options} {args.split}, {len(episodes)} expert episodes")
+    for name in sorted(seen):
+        print(f"  {name:28s} {hits[name] / seen[name]:.3f}  ({hits[name]}/{seen[name]})")
+
+
+if __name__ == "__main__":
+    main()
