@@ -23,6 +23,7 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.models import turn_end_token
 from turnrl.policy.tiny import load_tokenizer
+from turnrl.train.config import load_config
 from turnrl.train.sft import _action_tokens, play_demonstrations, render_demo
 
 
@@ -45,9 +46,10 @@ def main() -> None:
     family = make_family(args.env, options)
     tasks = family.tasks(args.split, args.tasks, seed=0)
     episodes = play_demonstrations(family, tasks, 0.0, 0, args.max_turns)
+    limits = load_config().rollout  # rendered as SFT renders them
     hits, seen = collections.Counter(), collections.Counter()
     for ep in episodes:
-        demo = render_demo(ep, renderer, ep.tools, 384, 4096)
+        demo = render_demo(ep, renderer, ep.tools, limits.max_obs_tokens, limits.max_context_tokens)
         if demo is None:
             continue
         with torch.no_grad():
