@@ -13,6 +13,8 @@ from turnrl.policy.hf import (
     HFPolicy,
     PrefixCache,
     draw_noise,
+    pack_rows,
+    packed_logits,
     pad_right,
     sample_next,
     shared_prefix_logits,
@@ -257,3 +259,35 @@ def test_shared_prefix_logits_match_the_plain_forward_and_its_gradients(model_an
         shared_prefix_logits(model, other, torch.ones_like(other)),
         model(input_ids=other, attention_mask=torch.ones_like(other)).logits,
     )
+
+
+def test_pack_rows_fills_rows_longest_first():
+    # widths 10: 7 opens row 0, 6 row 1, 3 fits row 0, 3 fits row 1, 2 fits nowhere but row 2
+    assert pack_rows([3, 7, 2, 6, 3], 10) == [[1, 0], [3, 4], [2]]
+    assert pack_rows([10, 10], 10) == [[0], [1]]
+
+
+def test_packed_logits_match_the_plain_forward_and_its_gradients(model_and_pad):
+    """SFT's packed forward: rows of very different lengths laid end to end must see exactly
+    what they saw alone (block-diagonal mask, positions from 0), so logits and gradients equal
+    the plain right-padded forward's; padded positions get logits 0."""
+    model, pad = model_and_pad
+    model = copy.deepcopy(model).train()
+    gen = torch.Generator().manual_seed(4)
+    rows = [random_ids(gen, n) for n in (50, 7, 30, 12, 43, 1)]  # 6 rows pack into 3
+    assert len(pack_rows([len(r) for r in rows], 50)) == 3
+    ids, attn = pad_right(rows, pad, torch.device("cpu"))
+
+    def loss_and_grads(fn):
+        model.zero_grad()
+        logits = fn(model, ids, attn)
+        (logits * attn.unsqueeze(-1)).sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    plain, g_plain = loss_and_grads(lambda m, i, a: m(input_ids=i, attention_mask=a).logits)
+    packed, g_packed = loss_and_grads(packed_logits)
+    valid = attn.bool()
+    assert torch.allclose(packed[valid], plain[valid], atol=1e-5)
+    assert torch.equal(packed[~valid], torch.zeros_like(packed[~valid]))
+    for a, b in zip(g_packed, g_plain):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))

@@ -9,7 +9,8 @@ from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.scripted import ScriptedEpisode
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
-from turnrl.train.sft import render_demo, sft_train
+from turnrl.train import sft
+from turnrl.train.sft import batch_logits, render_demo, sft_train
 from turnrl.types import Task, ToolCall
 
 TOOLS = [
@@ -133,3 +134,26 @@ def test_numeric_arguments_get_their_frame_as_one_token():
     assert '"event_id":' in tok.tokenize(parser.format([calls[0]]))
     assert '","event_id":' in tok.tokenize(parser.format([calls[2]]))
     assert '"day":"' in tok.tokenize(parser.format([calls[1]]))
+
+
+@pytest.mark.parametrize("shared", [60, 0])
+def test_batch_logits_takes_the_cheaper_exact_forward(shared, monkeypatch):
+    """Demos sharing a long prefix run it once; demos of varied lengths with little in common
+    are packed. Either way the logits are the plain forward's."""
+    model = tiny_model(renderer().tokenizer, hidden_size=32, layers=1)
+    gen = torch.Generator().manual_seed(0)
+    head = torch.randint(10, 300, (shared,), generator=gen).tolist()
+    rows = [head + torch.randint(10, 300, (n,), generator=gen).tolist() for n in (40, 3, 25, 9)]
+    ids = torch.zeros((4, max(map(len, rows))), dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)], attn[b, : len(r)] = torch.tensor(r), 1
+    used = []
+    for name in ("shared_prefix_logits", "packed_logits"):
+        real = getattr(sft, name)
+        monkeypatch.setattr(sft, name, lambda *a, _r=real, _n=name: used.append(_n) or _r(*a))
+    with torch.no_grad():
+        got = batch_logits(model, ids, attn)
+        want = model(input_ids=ids, attention_mask=attn).logits
+    assert used == (["shared_prefix_logits"] if shared else ["packed_logits"])
+    assert torch.allclose(got[attn.bool()], want[attn.bool()], atol=1e-5)

@@ -389,6 +389,13 @@ def pad_right(
     return ids.to(device), mask.to(device)
 
 
+def shared_prefix_length(ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """How many leading tokens every row has in common (at most T - 1)."""
+    same = (ids == ids[:1]).all(0) & (attention_mask == 1).all(0)  # [T]
+    p = ids.shape[1] if bool(same.all()) else int(same.int().argmin())
+    return min(p, ids.shape[1] - 1)
+
+
 def shared_prefix_logits(
     model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, min_prefix: int = 32
 ) -> torch.Tensor:
@@ -399,9 +406,7 @@ def shared_prefix_logits(
     Falls back to the plain forward when the shared prefix is shorter than ``min_prefix`` or
     the model's cache is not the plain per-layer kind."""
     B, T = ids.shape
-    same = (ids == ids[:1]).all(0) & (attention_mask == 1).all(0)  # [T]
-    p = T if bool(same.all()) else int(same.int().argmin())
-    p = min(p, T - 1)
+    p = shared_prefix_length(ids, attention_mask)
     if B > 1 and p >= min_prefix:
         head = model(input_ids=ids[:1, :p], use_cache=True)
         cache = head.cache
@@ -415,3 +420,62 @@ def shared_prefix_logits(
             ).logits
             return torch.cat([head.logits.expand(B, -1, -1), tail], dim=1)
     return model(input_ids=ids, attention_mask=attention_mask).logits
+
+
+def pack_rows(lengths: list[int], width: int) -> list[list[int]]:
+    """First-fit decreasing: the indices of ``lengths`` grouped into rows of at most ``width``
+    tokens each, longest first (at most 11/9 of the optimal number of rows)."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = next((r for r, f in enumerate(free) if f >= lengths[i]), len(rows))
+        if r == len(rows):
+            rows.append([])
+            free.append(width)
+        rows[r].append(i)
+        free[r] -= lengths[i]
+    return rows
+
+
+def packed_logits(
+    model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """``model(ids, attention_mask).logits`` [B, T, V] for right-padded rows, without computing
+    most of the padding: the rows are laid end to end into as few rows of T tokens as they fit
+    (``pack_rows``), each sequence attending only to itself (a block-diagonal causal mask) with
+    positions restarting at 0, so every token sees exactly what it saw in its own row. Logits
+    at padded positions are 0. Worth it when lengths vary: a batch of 16 user-env demos is 39 %
+    padding."""
+    B, T = ids.shape
+    lengths = attention_mask.sum(1).tolist()
+    rows = pack_rows(lengths, T)
+    width = max(sum(lengths[i] for i in row) for row in rows)
+    packed = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    # segment of each packed token: its sequence, or -1 - t for padding (attends to itself only)
+    segment = -1 - torch.arange(width).repeat(len(rows), 1)
+    src, dst = [], []
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            n = lengths[i]
+            packed[r, at : at + n] = ids[i, :n]
+            positions[r, at : at + n] = torch.arange(n)
+            segment[r, at : at + n] = i
+            src.append(torch.arange(r * width + at, r * width + at + n))
+            dst.append(torch.arange(i * T, i * T + n))
+            at += n
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    allowed = (segment[:, :, None] == segment[:, None, :]) & causal  # [R, W, W]
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    device = ids.device
+    logits = model(
+        input_ids=packed.to(device),
+        attention_mask=mask[:, None].to(device),
+        position_ids=positions.to(device),
+    ).logits  # [R, W, V]
+    flat = logits.reshape(-1, logits.shape[-1])
+    src_i, dst_i = torch.cat(src).to(device), torch.cat(dst).to(device)
+    out = flat.new_zeros((B * T, flat.shape[-1])).index_copy(0, dst_i, flat[src_i])
+    return out.view(B, T, -1)

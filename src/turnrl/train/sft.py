@@ -17,7 +17,13 @@ from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
-from turnrl.policy.hf import pad_right, shared_prefix_logits
+from turnrl.policy.hf import (
+    pack_rows,
+    packed_logits,
+    pad_right,
+    shared_prefix_length,
+    shared_prefix_logits,
+)
 from turnrl.types import Task, ToolCall
 
 
@@ -117,6 +123,20 @@ def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], l
     return enc["input_ids"], flags
 
 
+def batch_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """The plain forward's logits by the cheaper of two exact shortcuts: run the prefix every
+    demo shares once (a real model's system prompt and tool list, hundreds of tokens) or pack
+    the demos end to end to skip their padding (the tiny model drops the system turn, so its
+    demos share a few tokens, and their lengths vary: 39 % of a user-env batch is padding)."""
+    B, T = ids.shape
+    p = shared_prefix_length(ids, attn)
+    lengths = attn.sum(1).tolist()
+    packed_cost = T * len(pack_rows(lengths, T))
+    if p + B * (T - p) <= packed_cost:
+        return shared_prefix_logits(model, ids, attn)
+    return packed_logits(model, ids, attn)
+
+
 def sft_train(
     model: torch.nn.Module,
     demos: list[Demo],
@@ -156,17 +176,16 @@ def sft_train(
     for epoch in range(epochs):
         order = list(range(len(demos)))
         rng.shuffle(order)
-        # Plain random batches. Sorting by length would save padding, but demos of one length
-        # are mostly one kind of episode (gave up, slipped and repaired, ...), and such batches
-        # pull every decision one way per step: the tiny model then learned no copying at all
-        # in 400 steps (docs/benchmarks.md, session 6).
+        # Plain random batches, their padding skipped by packing (batch_logits). Sorting by
+        # length instead makes batches of one kind of episode (gave up, slipped and repaired,
+        # ...) that pull every decision one way per step: the tiny model then learned no
+        # copying at all in 400 steps (docs/benchmarks.md, session 6).
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         for idx in batches:
             ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
             mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
             values, _ = pad_right([demos[i].value_mask for i in idx], 0, torch.device("cpu"))
-            # The prefix every demo shares (system prompt, tools, task preamble) runs once.
-            logits = shared_prefix_logits(model, ids, attn)  # [B, T, V]
+            logits = batch_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
             m, v = mask.float(), values.float()  # [B, T] action tokens, value tokens
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
