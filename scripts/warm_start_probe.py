@@ -2,7 +2,8 @@
 
 Plays the noise-free expert on held-out tasks, feeds each demonstration to the model and
 reports, per tool argument, how often the model's most likely next token is the expert's first
-token of that argument's value (where the copy is chosen). A model that ignores its context
+token of that argument's value (where the copy is chosen), and how often every token of the value
+is (an order id's first token is the ``#`` every id starts with; its digits come after). A model that ignores its context
 scores the argument's base rate; the session-9 default warm start scored 0.475 on `new` (the
 operator to write), exactly what picking by the bug's operator family alone gives.
 
@@ -24,7 +25,7 @@ from turnrl.envs.registry import make_family
 from turnrl.policy.models import turn_end_token
 from turnrl.policy.tiny import load_tokenizer
 from turnrl.train.config import load_config
-from turnrl.train.sft import _action_tokens, play_demonstrations, render_demo
+from turnrl.train.sft import play_demonstrations, render_demo, value_spans
 
 
 def main() -> None:
@@ -47,28 +48,33 @@ def main() -> None:
     tasks = family.tasks(args.split, args.tasks, seed=0)
     episodes = play_demonstrations(family, tasks, 0.0, 0, args.max_turns)
     limits = load_config().rollout  # rendered as SFT renders them
-    hits, seen = collections.Counter(), collections.Counter()
+    hits, whole, seen = collections.Counter(), collections.Counter(), collections.Counter()
     for ep in episodes:
         demo = render_demo(ep, renderer, ep.tools, limits.max_obs_tokens, limits.max_context_tokens)
         if demo is None:
             continue
         with torch.no_grad():
             predicted = model(torch.tensor([demo.token_ids])).logits[0].argmax(-1).tolist()
-        positions = iter(i for i, v in enumerate(demo.value_mask) if v)
+        right = [i > 0 and predicted[i - 1] == t for i, t in enumerate(demo.token_ids)]
+        v = demo.value_mask  # values never touch: a frame token lies between any two
+        positions = iter(i for i in range(len(v)) if v[i] and not v[i - 1])
         for call in ep.calls:
-            flags = _action_tokens(call, renderer)[1]
+            spans = value_spans(call, renderer)[1]
             keys = [k for k, v in call.arguments.items() if json.dumps(v) != '""']
-            if sum(flags) != len(keys):  # a value the flags could not place: skip the call
-                keys = [None] * sum(flags)
-            for key in keys:
+            if len(spans) != len(keys):  # a value the spans could not place: skip the call
+                keys = [None] * len(spans)
+            for key, (first, end) in zip(keys, spans):
                 at = next(positions)
                 if key is not None:
                     name = f"{call.name}.{key}"
                     seen[name] += 1
-                    hits[name] += predicted[at - 1] == demo.token_ids[at]
+                    hits[name] += right[at]
+                    whole[name] += all(right[at : at + end - first])
     print(f"{args.model}: {args.env} {options} {args.split}, {len(episodes)} expert episodes")
+    print(f"  {'argument':28s} first token   whole value")
     for name in sorted(seen):
-        print(f"  {name:28s} {hits[name] / seen[name]:.3f}  ({hits[name]}/{seen[name]})")
+        n = seen[name]
+        print(f"  {name:28s} {hits[name] / n:.3f}       {whole[name] / n:.3f}   ({n})")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,12 @@ TURN_END = 8  # what the agent loop appends to a cut turn
 
 @pytest.fixture(scope="module")
 def model_and_pad():
-    texts = [f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(200)]
+    names = [chr(97 + i % 26) + chr(97 + i // 26 % 26) for i in range(400)]
+    texts = [
+        f"def func_{n}(value):\n    return value * {i} + {i % 7}\n" for i, n in enumerate(names)
+    ]
     tok = train_tokenizer(texts, vocab_size=400)
+    assert len(tok) >= 390  # random_ids draws below 390
     return tiny_model(tok, seed=0, hidden_size=64, layers=2).eval(), tok.pad_token_id
 
 

@@ -31,7 +31,8 @@ from turnrl.types import Task, ToolCall
 class Demo:
     token_ids: list[int]
     loss_mask: list[int]  # 1 on action tokens
-    value_mask: list[int]  # 1 on the first token of each tool-argument value (an action token)
+    # per token, its share of a tool-argument value: 1/n on each of a value's n tokens
+    value_mask: list[float]
 
 
 async def _play(
@@ -81,46 +82,59 @@ def render_demo(
 
     ids = renderer.prompt_ids(episode_messages(ep, renderer)[:2], tools)
     mask = [0] * len(ids)
-    values = [0] * len(ids)
+    values = [0.0] * len(ids)
     for k, call in enumerate(ep.calls):
         action, in_value = _action_tokens(call, renderer)
         ids += action + [renderer.turn_end_id]
         mask += [1] * (len(action) + 1)
-        values += in_value + [0]
+        values += in_value + [0.0]
         if k == len(ep.calls) - 1 and ep.terminated:
             break
         obs = clip_observation(ep.observations[k], renderer, max_obs_tokens)
         delta = renderer.encode(renderer.observation_delta([{"role": "tool", "content": obs}]))
         ids += delta
         mask += [0] * len(delta)
-        values += [0] * len(delta)
+        values += [0.0] * len(delta)
     if len(ids) > max_tokens:
         return None
     return Demo(ids, mask, values)
 
 
-def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[int]]:
-    """The call's tokens, and a flag per token: does an argument's value start there? Values
-    are where an agent copies from its context (a path, an id, the text it replaces); their
-    first token picks what to copy, the frame around them is the same in every call."""
+def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[float]]:
+    """The call's tokens, and per token its share of an argument value (0 on the frame).
+    Values are where an agent copies from its context (a path, an id, the text it replaces);
+    the frame around them is the same in every call. A value of n tokens gives 1/n to each, so
+    every value counts once however it tokenizes: an order id's digits, which follow the ``#W``
+    every id starts with, weigh as much as a one-token operator."""
+    ids, spans = value_spans(call, renderer)
+    shares = [0.0] * len(ids)
+    for first, end in spans:
+        shares[first:end] = [1.0 / (end - first)] * (end - first)
+    return ids, shares
+
+
+def value_spans(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[tuple[int, int]]]:
+    """The call's tokens and, per argument value in order, the token range [first, end) it
+    occupies (none when the parser formats values differently, or for an empty value)."""
     text = renderer.parser.format([call])
     enc = renderer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    spans, pos = [], 0
+    offsets = enc["offset_mapping"]
+    chars, pos = [], 0
     for key, value in call.arguments.items():
         name, encoded = json.dumps(key), json.dumps(value, separators=(",", ":"))
         at = text.find(f"{name}:{encoded}", pos)
         if at < 0:  # a parser that formats differently: no value spans
-            return enc["input_ids"], [0] * len(enc["input_ids"])
+            return enc["input_ids"], []
         start = at + len(name) + 1
         quoted = isinstance(value, str)
-        spans.append((start + quoted, start + len(encoded) - quoted))
+        chars.append((start + quoted, start + len(encoded) - quoted))
         pos = start + len(encoded)
-    flags = [0] * len(enc["input_ids"])
-    for s, e in spans:  # the first token of each value: where the copy is chosen
-        first = next((i for i, (a, b) in enumerate(enc["offset_mapping"]) if a < e and b > s), None)
-        if first is not None:
-            flags[first] = 1
-    return enc["input_ids"], flags
+    spans = []
+    for s, e in chars:
+        inside = [i for i, (a, b) in enumerate(offsets) if a < e and b > s]
+        if inside:
+            spans.append((inside[0], inside[-1] + 1))
+    return enc["input_ids"], spans
 
 
 def batch_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -154,14 +168,15 @@ def sft_train(
 
         loss = sum_t m_t l_t / sum_t m_t + w * sum_t v_t l_t / sum_t v_t
 
-    with l_t = -log p(x_t | x_<t), m the action mask and v the value mask (first token of each
-    argument value, over the batch). Why the second term: in a plain token mean the few value
-    tokens (a path, an operator) are a small share of each action, and a model trained from
-    scratch spends its attention on the fixed frame around them; it then learns to copy a value
-    from its context late or never. With weight 3 the tiny default model copies the file name
-    and both operators, given enough distinct demonstrations: repeating few of them many times
-    teaches it to guess values from their base rates instead (docs/benchmarks.md, sessions 6
-    and 9).
+    with l_t = -log p(x_t | x_<t), m the action mask and v the value mask (1/n on each of the n
+    tokens of a tool-argument value, so the second term is the mean over the batch's values of
+    each value's mean token loss). Why the second term: in a plain token mean the few value
+    tokens (a path, an operator, an order id) are a small share of each action, and a model
+    trained from scratch spends its attention on the fixed frame around them; it then learns
+    to copy a value from its context late or never. With weight 3 the tiny default model
+    copies the file name and both operators, given enough distinct demonstrations: repeating
+    few of them many times teaches it to guess values from their base rates instead
+    (docs/benchmarks.md, sessions 6, 9 and 10).
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(
@@ -184,10 +199,12 @@ def sft_train(
         for idx in batches:
             ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
             mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
-            values, _ = pad_right([demos[i].value_mask for i in idx], 0, torch.device("cpu"))
+            values = torch.zeros(ids.shape)
+            for b, i in enumerate(idx):
+                values[b, : len(demos[i].value_mask)] = torch.tensor(demos[i].value_mask)
             logits = batch_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
-            m, v = mask.float(), values.float()  # [B, T] action tokens, value tokens
+            m, v = mask.float(), values  # [B, T] action tokens, value shares
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
             if value_weight:
                 loss = loss - value_weight * (lp * v).sum() / v.sum().clamp(min=1)
