@@ -168,13 +168,3 @@ def test_batch_logits_takes_the_cheaper_exact_forward(shared, monkeypatch):
         want = model(input_ids=ids, attention_mask=attn).logits
     assert used == (["shared_prefix_logits"] if shared else ["packed_logits"])
     assert torch.allclose(got[attn.bool()], want[attn.bool()], atol=1e-5)
-
-
-def test_tiny_tokenizer_splits_numbers_into_digits_however_frequent():
-    """A number frequent in the training text (a training order id) must not become one token
-    while an unseen one splits in pieces: the model could not copy the unseen one then."""
-    tok = train_tokenizer(["order #W3195 costs 40"] * 100 + ["order #W4946"], vocab_size=300)
-    seen, unseen = tok.tokenize("#W3195"), tok.tokenize("#W4946")
-    assert seen[-4:] == ["3", "1", "9", "5"] and unseen[-4:] == ["4", "9", "4", "6"]
-    ids = tok("Transfer 185 to #W4946.", add_special_tokens=False)["input_ids"]
-    assert tok.decode(ids) == "Transfer 185 to #W4946."

@@ -65,16 +65,7 @@ def train_tokenizer(
     """Byte-level BPE over ``texts`` with the ChatML specials and the tiny chat template;
     ``extra_tokens`` (e.g. the env's tool names) become single tokens too."""
     tok = Tokenizer(models.BPE())
-    # Digits are tokens of their own: BPE would otherwise merge the numbers frequent in the
-    # training text (a training order id, an amount) into one token and leave unseen ones in
-    # pieces, so a model that learned to copy ``#W3195`` as one token cannot copy ``#W4946``
-    # (docs/benchmarks.md, session 10).
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
-        ]
-    )
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
