@@ -2,10 +2,11 @@
 
 Plays the noise-free expert on held-out tasks, feeds each demonstration to the model and
 reports, per tool argument, how often the model's most likely next token is the expert's first
-token of that argument's value (where the copy is chosen), and how often every token of the value
-is (an order id's first token is the ``#`` every id starts with; its digits come after). A model that ignores its context
-scores the argument's base rate; the session-9 default warm start scored 0.475 on `new` (the
-operator to write), exactly what picking by the bug's operator family alone gives.
+token of that argument's value (where the copy is chosen), and how often every token of the
+value is (an order id's first token is the ``#`` every id starts with; its digits come after).
+A model that ignores its context scores the argument's base rate; the session-9 default warm
+start scored 0.475 on `new` (the operator to write), exactly what picking by the bug's operator
+family alone gives.
 
     .venv/bin/python scripts/warm_start_probe.py MODEL_DIR [--env code --option tiers=[0]]
 """

@@ -235,6 +235,18 @@ def test_eager_attention_decodes_like_scoring(model_and_pad):
             )
 
 
+def plain_logits(model, ids, attn):
+    return model(input_ids=ids, attention_mask=attn).logits
+
+
+def logits_and_grads(model, forward, ids, attn):
+    """``forward``'s logits and the parameter gradients of their sum over unpadded positions."""
+    model.zero_grad()
+    logits = forward(model, ids, attn)
+    (logits * attn.unsqueeze(-1)).sum().backward()
+    return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+
 def test_shared_prefix_logits_match_the_plain_forward_and_its_gradients(model_and_pad):
     """Training's shared-prefix forward: same logits and same gradients as one plain forward
     over right-padded rows that start with the same 40 tokens."""
@@ -245,14 +257,8 @@ def test_shared_prefix_logits_match_the_plain_forward_and_its_gradients(model_an
     rows = [head + random_ids(gen, n) for n in (12, 30, 5)]
     ids, attn = pad_right(rows, pad, torch.device("cpu"))
 
-    def loss_and_grads(fn):
-        model.zero_grad()
-        logits = fn(model, ids, attn)
-        (logits * attn.unsqueeze(-1)).sum().backward()
-        return logits.detach(), [p.grad.clone() for p in model.parameters()]
-
-    plain, g_plain = loss_and_grads(lambda m, i, a: m(input_ids=i, attention_mask=a).logits)
-    shared, g_shared = loss_and_grads(shared_prefix_logits)
+    plain, g_plain = logits_and_grads(model, plain_logits, ids, attn)
+    shared, g_shared = logits_and_grads(model, shared_prefix_logits, ids, attn)
     valid = attn.bool()
     assert torch.allclose(shared[valid], plain[valid], atol=1e-5)
     for a, b in zip(g_shared, g_plain):  # float32 sums in another order: relative 1e-5
@@ -282,14 +288,8 @@ def test_packed_logits_match_the_plain_forward_and_its_gradients(model_and_pad):
     assert len(pack_rows([len(r) for r in rows], 50)) == 3
     ids, attn = pad_right(rows, pad, torch.device("cpu"))
 
-    def loss_and_grads(fn):
-        model.zero_grad()
-        logits = fn(model, ids, attn)
-        (logits * attn.unsqueeze(-1)).sum().backward()
-        return logits.detach(), [p.grad.clone() for p in model.parameters()]
-
-    plain, g_plain = loss_and_grads(lambda m, i, a: m(input_ids=i, attention_mask=a).logits)
-    packed, g_packed = loss_and_grads(packed_logits)
+    plain, g_plain = logits_and_grads(model, plain_logits, ids, attn)
+    packed, g_packed = logits_and_grads(model, packed_logits, ids, attn)
     valid = attn.bool()
     assert torch.allclose(packed[valid], plain[valid], atol=1e-5)
     assert torch.equal(packed[~valid], torch.zeros_like(packed[~valid]))
