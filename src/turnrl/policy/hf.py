@@ -378,13 +378,16 @@ def draw_noise(noise: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor
 
 
 def pad_right(
-    seqs: list[list[int]], pad_id: int, device: torch.device
+    seqs: list[list[int]] | list[list[float]],
+    pad_id: float,
+    device: torch.device,
+    dtype: torch.dtype = torch.long,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    ids = torch.full((len(seqs), T), pad_id, dtype=dtype)
     mask = torch.zeros((len(seqs), T), dtype=torch.long)
     for b, s in enumerate(seqs):
-        ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+        ids[b, : len(s)] = torch.tensor(s, dtype=dtype)
         mask[b, : len(s)] = 1
     return ids.to(device), mask.to(device)
 

@@ -199,9 +199,9 @@ def sft_train(
         for idx in batches:
             ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
             mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
-            values = torch.zeros(ids.shape)
-            for b, i in enumerate(idx):
-                values[b, : len(demos[i].value_mask)] = torch.tensor(demos[i].value_mask)
+            values, _ = pad_right(
+                [demos[i].value_mask for i in idx], 0.0, torch.device("cpu"), torch.float
+            )
             logits = batch_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
             m, v = mask.float(), values  # [B, T] action tokens, value shares
