@@ -10,7 +10,7 @@ import pytest
 from turnrl.envs.scripted import run_scripted
 from turnrl.envs.tools.expert import PlanAgent
 from turnrl.envs.user import ModelUser, ScriptedUser, UserFamily
-from turnrl.envs.user.db import affirms, mentions
+from turnrl.envs.user.db import affirms, contradicts, mentions
 from turnrl.envs.user.expert import expert_plan
 from turnrl.envs.user.tasks import POOLS, TEMPLATES
 from turnrl.types import Task, ToolCall
@@ -69,6 +69,48 @@ def test_reward_is_action_times_output():
     assert r.components["r_action"] == 1.0 and r.components["r_output"] == 0.0
     assert r.reward == 0.0 and not r.success and r.info["missing_info"] == [amount]
     assert u["info_question"] in ep.observations[-2]  # the user asks for what they lack
+
+
+def test_guessing_every_answer_in_turn_is_not_telling():
+    """A policy learned to name one status after another until the user stopped asking (each
+    guess is a new message): the right status is mentioned, but so are rivals, so r_output 0."""
+    task = task_of("order_status")
+    status = task.payload["user"]["required_info"][0]
+    target = task.payload["user"]["target"]
+    guesses = [s for s in ("pending", "processed", "delivered") if s != status] + [status]
+    plan = [
+        c
+        for c in expert_plan(task.payload)
+        if c.name != "send_message" or "?" in c.arguments["text"]
+    ]
+    r = play(task, plan + [say(f"Your order {target} is {s}.") for s in guesses]).result
+    assert r.components["r_action"] == 1.0 and r.components["r_output"] == 0.0
+    assert r.info["contradicted_info"] == [status] and r.info["missing_info"] == []
+    honest = play(task, plan + [say(f"Your order {target} is {status}.")]).result
+    assert honest.success and honest.info["contradicted_info"] == []
+
+
+def test_a_wrong_amount_before_the_right_one_is_not_telling():
+    task = task_of("cancel_pending")
+    amount = task.payload["user"]["required_info"][0]
+    wrong = str(int(amount) + 5)
+    plan = [  # the expert's plan, but its confirmation names a wrong amount
+        say(c.arguments["text"].replace(f" {amount} ", f" {wrong} "))
+        if c.name == "send_message" and "(yes/no)" in c.arguments["text"]
+        else c
+        for c in expert_plan(task.payload)
+    ]
+    r = play(task, plan).result
+    assert r.components["r_action"] == 1.0 and r.info["contradicted_info"] == [amount]
+    assert not r.success
+
+
+def test_contradicts_compares_values_of_the_same_kind():
+    assert contradicts("It is pending. No wait, delivered.", "delivered")
+    assert not contradicts("Order #W1042 is delivered.", "delivered")
+    assert contradicts("refund 40 now, sorry, 45", "45")
+    assert not contradicts("Order #W1042 is cancelled and 45 will be refunded", "45")
+    assert not contradicts("Order #W1042 is cancelled, refund to paypal", "paypal")
 
 
 # ---------------------------------------------------------------- policy violations

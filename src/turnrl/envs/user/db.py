@@ -1,4 +1,4 @@
-"""The retail domain: database schema, the written policy, and the "was it told" check."""
+"""The retail domain: database schema, the written policy, and the "was it told" checks."""
 
 from __future__ import annotations
 
@@ -34,6 +34,21 @@ def mentions(text: str, info: str) -> bool:
     inside an order id (``42`` in ``#W1042``) does not count."""
     pattern = r"(?<![\w#])" + re.escape(info) + r"(?!\w)"
     return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+STATUSES = ("pending", "processed", "delivered", "cancelled")
+_NUMBER = re.compile(r"(?<![\w#])\d+(?!\w)")
+
+
+def contradicts(text: str, info: str) -> bool:
+    """Whether ``text`` also states a rival of ``info``: another order status for a status,
+    another number for a number (a refund amount). Without it an agent that names every status
+    in turn, or a wrong amount and then the right one, would count as having told the user."""
+    if info.lower() in STATUSES:
+        return any(mentions(text, s) for s in STATUSES if s != info.lower())
+    if info.isdigit():
+        return any(n != info for n in _NUMBER.findall(text))
+    return False
 
 
 _AFFIRM = re.compile(r"\b(yes|yeah|yep)\b|go ahead|please do", re.IGNORECASE)

@@ -9,7 +9,9 @@ the agent calls ``end_conversation()`` or ``transfer_to_human(summary)``.
 Reward (tau-bench): ``r_action * r_output * policy_ok``, where ``r_action`` = final database
 equals the goal state (:func:`turnrl.envs.tools.state.states_equal`), ``r_output`` = every
 required piece of information appears in some agent message to the user
-(:func:`turnrl.envs.user.db.mentions`), and ``policy_ok`` = no action broke the policy
+(:func:`turnrl.envs.user.db.mentions`) and no message states a rival value (another status,
+another amount: :func:`turnrl.envs.user.db.contradicts`, so guessing every answer in turn
+fails), and ``policy_ok`` = no action broke the policy
 (checked as the actions happen; a violation also sets the flag ``policy_violation``).
 
 The tools do not enforce the policy (as in real systems, the API allows more than the policy
@@ -24,7 +26,7 @@ from typing import Any, Literal
 
 from turnrl.envs.base import StepResult, ToolEnv, ToolError, ToolOutput
 from turnrl.envs.tools import state
-from turnrl.envs.user.db import POLICY, SCHEMA, affirms, mentions
+from turnrl.envs.user.db import POLICY, SCHEMA, affirms, contradicts, mentions
 from turnrl.envs.user.simulator import ScriptedUser, UserSimulator
 from turnrl.types import RewardResult, Task, ToolCall
 
@@ -107,7 +109,8 @@ class UserEnv(ToolEnv):
         r_action = float(not diff)
         told = "\n".join(self.agent_messages)
         missing = [s for s in self.required if not mentions(told, s)]
-        r_output = float(not missing)
+        contradicted = [s for s in self.required if contradicts(told, s)]
+        r_output = float(not missing and not contradicted)
         policy_ok = float(not self.violations)
         reward = r_action * r_output * policy_ok
         flags = ["policy_violation"] if self.violations else []
@@ -128,6 +131,7 @@ class UserEnv(ToolEnv):
             info={
                 "diff": diff[:20],
                 "missing_info": missing,
+                "contradicted_info": contradicted,
                 "violations": self.violations,
                 "user_outcome": self.outcome,
             },

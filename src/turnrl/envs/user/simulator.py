@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnrl.envs.user.db import mentions
+from turnrl.envs.user.db import contradicts, mentions
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ class ScriptedUser:
         if self.finished:
             return UserTurn("(the user has left the conversation)", done=True)
         required = self.goal["required_info"]
-        self.told |= {s for s in required if mentions(agent_message, s)}
+        self.told |= {
+            s for s in required if mentions(agent_message, s) and not contradicts(agent_message, s)
+        }
         if self.goal_reached() and self.told >= set(required):
             return self._end("Great, that's all I needed. Thanks, bye!", "satisfied")
         asked = bool(_QUESTION.search(agent_message))
