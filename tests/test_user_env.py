@@ -108,8 +108,10 @@ def test_a_wrong_amount_before_the_right_one_is_not_telling():
 def test_contradicts_compares_values_of_the_same_kind():
     assert contradicts("It is pending. No wait, delivered.", "delivered")
     assert not contradicts("Order #W1042 is delivered.", "delivered")
-    assert contradicts("refund 40 now, sorry, 45", "45")
+    assert contradicts("I will refund 40 to paypal. Sorry: 45 will be refunded.", "45")
+    assert contradicts("a refund of $40", "45") and contradicts("40 has been refunded", "45")
     assert not contradicts("Order #W1042 is cancelled and 45 will be refunded", "45")
+    assert not contradicts("I will refund 45 to paypal; it takes 5 to 7 days.", "45")
     assert not contradicts("Order #W1042 is cancelled, refund to paypal", "paypal")
 
 

@@ -37,17 +37,22 @@ def mentions(text: str, info: str) -> bool:
 
 
 STATUSES = ("pending", "processed", "delivered", "cancelled")
-_NUMBER = re.compile(r"(?<![\w#])\d+(?!\w)")
+# an amount stated as the refund: "refund 130", "refund of $130", "130 will be refunded"
+_REFUND = re.compile(
+    r"refund(?:ed)?(?: of)?\s+\$?(\d+)\b|\$?\b(\d+)\s+(?:will be |is |has been )?refunded",
+    re.IGNORECASE,
+)
 
 
 def contradicts(text: str, info: str) -> bool:
     """Whether ``text`` also states a rival of ``info``: another order status for a status,
-    another number for a number (a refund amount). Without it an agent that names every status
-    in turn, or a wrong amount and then the right one, would count as having told the user."""
+    another refund amount for an amount (other numbers, "5 business days", are not rivals).
+    Without it an agent that names every status in turn, or a wrong refund and then the right
+    one, would count as having told the user."""
     if info.lower() in STATUSES:
         return any(mentions(text, s) for s in STATUSES if s != info.lower())
     if info.isdigit():
-        return any(n != info for n in _NUMBER.findall(text))
+        return any((a or b) != info for a, b in _REFUND.findall(text))
     return False
 
 
