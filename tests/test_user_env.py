@@ -12,7 +12,7 @@ from turnrl.envs.tools.expert import PlanAgent
 from turnrl.envs.user import ModelUser, ScriptedUser, UserFamily
 from turnrl.envs.user.db import affirms, contradicts, mentions
 from turnrl.envs.user.expert import expert_plan
-from turnrl.envs.user.tasks import POOLS, TEMPLATES
+from turnrl.envs.user.tasks import ORDER_IDS, POOLS, TEMPLATES
 from turnrl.types import Task, ToolCall
 
 FAMILY = UserFamily()
@@ -95,7 +95,7 @@ def test_a_wrong_amount_before_the_right_one_is_not_telling():
     amount = task.payload["user"]["required_info"][0]
     wrong = str(int(amount) + 5)
     plan = [  # the expert's plan, but its confirmation names a wrong amount
-        say(c.arguments["text"].replace(f" {amount} ", f" {wrong} "))
+        say(c.arguments["text"].replace(", refunding to", f" and refund {wrong} to"))
         if c.name == "send_message" and "(yes/no)" in c.arguments["text"]
         else c
         for c in expert_plan(task.payload)
@@ -379,13 +379,19 @@ def test_noisy_expert_is_deterministic_and_progress_reward_is_optional():
 
 
 def test_order_split_holds_out_orders_with_training_words():
-    """held_out="order": no test conversation is about an order a training one is about, every
-    template has test tasks, all words come from the training pools, and the expert solves them."""
+    """held_out="order": no test conversation is about a customer's order a training one is
+    about, while the ids themselves are shared; every template has test tasks, all words come
+    from the training pools, and the expert solves them."""
     fam = UserFamily(held_out="order")
     train, test = fam.tasks("train"), fam.tasks("test", 28, seed=2)
-    assert not {t.payload["user"]["target"] for t in train} & {
-        t.payload["user"]["target"] for t in test
-    }
+
+    def pairs(tasks):
+        return {(t.payload["persona"]["name"], t.payload["user"]["target"]) for t in tasks}
+
+    assert not pairs(train) & pairs(test)
+    ids = {t.payload["user"]["target"] for t in train + test}
+    assert ids <= {f"#W{n}" for n in ORDER_IDS}
+    assert {target for _, target in pairs(test)} & {target for _, target in pairs(train)}
     assert {t.payload["template"] for t in test} == {
         f.__name__ for tier in TEMPLATES.values() for f in tier
     }

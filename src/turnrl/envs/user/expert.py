@@ -53,9 +53,8 @@ def expert_plan(payload: dict[str, Any]) -> list[ToolCall]:
             _say(
                 "What is the reason for the cancellation: no longer needed or ordered by mistake?"
             ),
-            _say(
-                f"I will cancel order {target} ({reason}) and refund {amount} to {method}. {confirm}"
-            ),
+            # the amount is told once the tool has reported it (a sum the model need not do)
+            _say(f"I will cancel order {target} ({reason}), refunding to {method}. {confirm}"),
             ToolCall("cancel_order", {"order_id": target, "reason": reason}),
             _say(f"Order {target} is cancelled and {amount} will be refunded to {method}."),
         ]
