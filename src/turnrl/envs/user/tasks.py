@@ -357,6 +357,7 @@ def generate(
     if split not in POOLS:
         raise ValueError(f"user env: unknown split {split!r} (use 'train' or 'test')")
     templates = [(tier, t) for tier in tiers for t in TEMPLATES[tier]]
+    shared = dataclasses.replace(POOLS["train"], order_ids=ORDER_IDS)  # held_out="order"
     tasks = []
     for i in range(n):
         tier, template = templates[i % len(templates)]
@@ -364,10 +365,9 @@ def generate(
         if held_out == "vocabulary":
             d = template(rng, POOLS[split])
         else:  # redraw until the customer and order the task is about hash into this split
-            pool = dataclasses.replace(POOLS["train"], order_ids=ORDER_IDS)
-            d = template(rng, pool)
+            d = template(rng, shared)
             while hash_split(f"{d.world.me['name']}|{d.target}") != split:
-                d = template(rng, pool)
+                d = template(rng, shared)
         persona = {
             "name": d.world.me["name"],
             "style": rng.choice(STYLES),
