@@ -274,6 +274,22 @@ def test_eval_records_proxy_success_where_the_env_grades_one():
     assert plain.proxy_success is None and "eval/proxy_success" not in plain.as_metrics("eval")
 
 
+def test_success_stderr_on_a_worked_example():
+    """Two tasks, k=2: task a 1/2, task b 2/2. s = 0.75; deviations -0.25, +0.25, so the
+    spread is sqrt(0.0625) = 0.25 and se = 0.25 / sqrt(2) = 0.1768. With k=1 it is the
+    binomial sqrt(p(1-p)/n): 1 of 4 -> sqrt(0.1875 / 4) = 0.2165."""
+    from turnrl.train.evaluate import success_stderr, summarize
+
+    def traj(task_id: str, success: float) -> Trajectory:
+        return Trajectory(task_id, "g", 0, [], [], [], [], metrics={"success": success})
+
+    result = summarize([traj("a", 1.0), traj("a", 0.0), traj("b", 1.0), traj("b", 1.0)], k=2)
+    assert result.success == 0.75
+    assert result.success_stderr == pytest.approx(0.25 / 2**0.5)
+    assert success_stderr([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.2165, abs=1e-4)
+    assert success_stderr([]) == 0.0 and success_stderr([1.0, 1.0]) == 0.0
+
+
 def test_report_plots_predicted_proxy_when_the_run_has_an_audit(tmp_path):
     from typer.testing import CliRunner
 

@@ -124,7 +124,7 @@ def write_report(run_dir: Path, extra_panels: list[tuple[str, list[str]]] = ()) 
         )
         for r in evals:
             parts.append(
-                f"<tr><td>{r['step']}</td><td>{r.get('eval/success', 0):.3f}</td><td>{r.get('eval/pass_at_k', 0):.3f}</td><td>{r.get('eval/reward', 0):.3f}</td><td>{r.get('eval/turns', 0):.2f}</td><td>{r.get('eval/hack_rate', 0):.3f}</td></tr>"
+                f"<tr><td>{r['step']}</td><td>{r.get('eval/success', 0):.3f} ± {r.get('eval/success_stderr', 0):.3f}</td><td>{r.get('eval/pass_at_k', 0):.3f}</td><td>{r.get('eval/reward', 0):.3f}</td><td>{r.get('eval/turns', 0):.2f}</td><td>{r.get('eval/hack_rate', 0):.3f}</td></tr>"
             )
         parts.append("</table>")
     if (run_dir / AUDIT_NAME).exists():
@@ -143,5 +143,5 @@ def write_report(run_dir: Path, extra_panels: list[tuple[str, list[str]]] = ()) 
         parts.append("</details>")
     parts.append(f"<h2>Config</h2><pre>{html.escape(config)}</pre>")
     out = run_dir / "report.html"
-    out.write_text("\n".join(parts))
+    out.write_text("\n".join(parts), encoding="utf-8")
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 from turnrl.chat import ChatRenderer
@@ -17,6 +18,7 @@ from turnrl.types import Task, Trajectory
 @dataclass
 class EvalResult:
     success: float  # mean true success over all episodes
+    success_stderr: float  # standard error of ``success`` over the tasks drawn (success_stderr())
     pass_at_k: float  # share of tasks with at least one success in k tries
     pass_hat_k: float  # share of tasks where all k tries succeed (tau-bench's pass^k)
     reward: float
@@ -33,6 +35,24 @@ class EvalResult:
         return {f"{prefix}/{k}": float(v) for k, v in self.__dict__.items() if v is not None}
 
 
+def success_stderr(per_task: list[float]) -> float:
+    """Standard error of the mean success, with tasks as the sampled unit.
+
+        se = sqrt( sum_t (s_t - s)^2 / T ) / sqrt(T),   s = sum_t s_t / T
+
+    with s_t the mean success of task t's k episodes and T tasks. Why report it: held-out
+    success at temperature 1 on a few dozen tasks moves by several points between two sampling
+    seeds (0.062 and 0.150 for one model on the same 80 tasks; docs/benchmarks.md, session 14),
+    so a gain must be read against it. With k > 1 the episodes of one task are not independent,
+    hence per task, not per episode.
+    """
+    t = len(per_task)
+    if t == 0:
+        return 0.0
+    mean = sum(per_task) / t
+    return math.sqrt(sum((s - mean) ** 2 for s in per_task) / t) / math.sqrt(t)
+
+
 def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
     by_task: dict[str, list[bool]] = {}
     for t in trajs:
@@ -41,6 +61,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
     proxies = [t.metrics["proxy_success"] for t in trajs if "proxy_success" in t.metrics]
     return EvalResult(
         success=sum(t.metrics.get("success", 0.0) for t in trajs) / n,
+        success_stderr=success_stderr([sum(v) / len(v) for v in by_task.values()]),
         pass_at_k=sum(any(v) for v in by_task.values()) / max(len(by_task), 1),
         pass_hat_k=sum(all(v) for v in by_task.values()) / max(len(by_task), 1),
         reward=sum(t.reward for t in trajs) / n,

@@ -264,7 +264,8 @@ def train(
         )
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
         log(
-            f"eval @ step {step}: held-out success {result.success:.3f} over {result.episodes} episodes"
+            f"eval @ step {step}: held-out success {result.success:.3f} "
+            f"± {result.success_stderr:.3f} over {result.episodes} episodes"
         )
 
     try:
