@@ -239,7 +239,8 @@ def test_frustrated_user_ends_the_episode_with_reward_zero():
     task = task_of("cancel_pending")
     ep = play(task, [say("I like turtles.")] * 6)
     assert ep.terminated and len(ep.calls) == task.payload["persona"]["patience"]
-    assert ep.result.reward == 0.0 and "user_frustrated" in ep.result.flags
+    assert ep.result.reward == 0.0 and ep.result.info["user_outcome"] == "frustrated"
+    assert ep.result.flags == []  # an outcome, not an exploit: hack_rate must not count it
 
 
 # ---------------------------------------------------------------- model-backed user

@@ -113,9 +113,9 @@ class UserEnv(ToolEnv):
         r_output = float(not missing and not contradicted)
         policy_ok = float(not self.violations)
         reward = r_action * r_output * policy_ok
+        # Flags mark exploits (hack_rate counts them); a user who left frustrated is an
+        # outcome, kept in info["user_outcome"], not an exploit.
         flags = ["policy_violation"] if self.violations else []
-        if self.outcome == "frustrated":
-            flags.append("user_frustrated")
         return RewardResult(
             reward=reward,
             success=reward == 1.0,
