@@ -281,7 +281,7 @@ def test_judge_verdicts_and_skips_are_recorded(family, reply, reward, skipped):
         task = fam.tasks("train", 1)[0]
         result = _graded(fam, task, "something else")
         assert judge.calls == 1 and result.reward == reward
-        assert ("judge_skipped" in result.flags) == skipped
+        assert result.flags == []  # a skipped judge is not an exploit: hack_rate ignores it
         assert result.components.get("judge_skipped", 0.0) == float(skipped)
         assert result.info["judge"]["status"] == ("skipped" if skipped else "ok")
         if skipped:

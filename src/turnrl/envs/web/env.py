@@ -124,14 +124,12 @@ class WebEnv(ToolEnv):
         else:
             reward, success = f1, f1 >= self.f1_success
         components = {"exact": em, "f1": f1, "answered": float(self.submitted is not None)}
-        flags: list[str] = []
         info: dict[str, Any] = {"answer": prediction, "gold": self.gold}
         # An exact match needs no judge; a judge is asked only about the other answers.
         if self.judge is not None and self.submitted is not None and em < 1.0:
             verdict, note = await ask_judge(self.judge, self.question, self.gold, prediction)
             if verdict is None:
-                components["judge_skipped"] = 1.0
-                flags.append("judge_skipped")
+                components["judge_skipped"] = 1.0  # not a flag: flags mark exploits
                 info["judge"] = {"status": "skipped", "reason": note}
             else:
                 components["judge"] = float(verdict)
@@ -142,7 +140,6 @@ class WebEnv(ToolEnv):
             success=success,
             proxy_success=float(success),
             components=components,
-            flags=flags,
             info=info,
         )
 

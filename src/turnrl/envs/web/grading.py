@@ -3,7 +3,7 @@
 The judge is any object with ``async def chat(messages) -> str`` (an OpenAI-style message
 list in, the reply text out). A judge that raises, times out or replies with something other
 than one verdict is recorded as skipped; the episode then falls back to the string metric and
-says so in its components and flags, never a silent 0.
+says so in its components and info (not its flags, which mark exploits), never a silent 0.
 """
 
 from __future__ import annotations
