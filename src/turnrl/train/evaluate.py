@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 from dataclasses import dataclass
 
 from turnrl.chat import ChatRenderer
@@ -46,11 +47,9 @@ def success_stderr(per_task: list[float]) -> float:
     so a gain must be read against it. With k > 1 the episodes of one task are not independent,
     hence per task, not per episode.
     """
-    t = len(per_task)
-    if t == 0:
+    if not per_task:
         return 0.0
-    mean = sum(per_task) / t
-    return math.sqrt(sum((s - mean) ** 2 for s in per_task) / t) / math.sqrt(t)
+    return statistics.pstdev(per_task) / math.sqrt(len(per_task))
 
 
 def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
