@@ -83,7 +83,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 9,
+                "v": 10,
             },
             sort_keys=True,
         ).encode()
