@@ -168,3 +168,19 @@ def test_batch_logits_takes_the_cheaper_exact_forward(shared, monkeypatch):
         want = model(input_ids=ids, attention_mask=attn).logits
     assert used == (["shared_prefix_logits"] if shared else ["packed_logits"])
     assert torch.allclose(got[attn.bool()], want[attn.bool()], atol=1e-5)
+
+
+def test_copy_rows_join_the_step_but_not_the_reported_loss():
+    """With copy rows the step also trains on them (the weights move differently), while the
+    loss it reports stays the demonstrations' own."""
+    r = renderer()
+    demo = render_demo(episode(), r, TOOLS, max_obs_tokens=64, max_tokens=512)
+    runs = {}
+    for rows in (0, 4):
+        model = tiny_model(r.tokenizer, hidden_size=32, layers=1)
+        losses = sft_train(
+            model, [demo], epochs=1, lr=1e-3, batch_size=1, pad_id=0, seed=0, copy_rows=rows
+        )
+        runs[rows] = (losses, model.model.embed_tokens.weight.detach().clone())
+    assert runs[0][0] == pytest.approx(runs[4][0], rel=1e-6)
+    assert not torch.equal(runs[0][1], runs[4][1])

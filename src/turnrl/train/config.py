@@ -121,6 +121,11 @@ class SFTConfig(Strict):
     lr: float = Field(5e-3, gt=0)
     batch_size: int = Field(8, ge=1)
     value_weight: float = Field(3.0, ge=0)  # extra loss weight on tool-argument values
+    # copying by induction for a model trained from scratch (train.induction): warm up on
+    # copy rows for at most this many steps (0: none), then mix copy_rows of them into every
+    # SFT step so the circuit survives it
+    induction_steps: int = Field(0, ge=0)
+    copy_rows: int = Field(0, ge=0)
 
 
 class DistributedConfig(Strict):

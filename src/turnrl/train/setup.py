@@ -22,6 +22,7 @@ from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
+from turnrl.train.induction import induction_warmup
 from turnrl.train.sft import play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
 
@@ -83,7 +84,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 10,
+                "v": 11,
             },
             sort_keys=True,
         ).encode()
@@ -153,6 +154,19 @@ def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
     log(
         f"warm start: SFT on {len(demos)} demonstrations ({sum(len(d.token_ids) for d in demos)} tokens)"
     )
+    if cfg.sft.induction_steps:
+        t1 = time.monotonic()
+        acc = induction_warmup(
+            model,
+            max_steps=cfg.sft.induction_steps,
+            seed=cfg.seed,
+            log=lambda step, loss, acc: log(
+                f"  induction step {step} loss {loss:.3f} copy accuracy {acc:.3f}"
+            ),
+        )
+        log(
+            f"warm start: induction warm-up done in {time.monotonic() - t1:.0f}s (copy accuracy {acc:.3f})"
+        )
     last = [0.0]
 
     def progress(epoch, i, total, loss):
@@ -169,6 +183,7 @@ def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
         pad_id=tok.pad_token_id,
         seed=cfg.seed,
         value_weight=cfg.sft.value_weight,
+        copy_rows=cfg.sft.copy_rows,
         log=progress,
     )
     log(f"warm start: SFT done in {time.monotonic() - t0:.0f}s (final loss {last[0]:.3f})")

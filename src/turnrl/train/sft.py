@@ -24,6 +24,7 @@ from turnrl.policy.hf import (
     shared_prefix_length,
     shared_prefix_logits,
 )
+from turnrl.train.induction import copy_loss
 from turnrl.types import Task, ToolCall
 
 
@@ -161,10 +162,13 @@ def sft_train(
     pad_id: int,
     seed: int,
     value_weight: float = 0.0,
+    copy_rows: int = 0,
     log=None,
 ) -> list[float]:
     """Next-token cross-entropy on action tokens, plus ``value_weight`` times the same on the
-    argument values alone. Returns the loss per optimizer step.
+    argument values alone, plus (with ``copy_rows``) the copy loss of that many synthetic rows
+    (``train.induction``), which keeps an induction circuit the model was warmed up with.
+    Returns the demonstration loss per optimizer step.
 
         loss = sum_t m_t l_t / sum_t m_t + w * sum_t v_t l_t / sum_t v_t
 
@@ -208,12 +212,15 @@ def sft_train(
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
             if value_weight:
                 loss = loss - value_weight * (lp * v).sum() / v.sum().clamp(min=1)
+            demo_loss = loss.item()
+            if copy_rows:
+                loss = loss + copy_loss(model, rng, copy_rows)[0]
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            losses.append(loss.item())
+            losses.append(demo_loss)
             if log is not None:
-                log(epoch, len(losses), total, loss.item())
+                log(epoch, len(losses), total, demo_loss)
     return losses
