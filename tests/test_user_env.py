@@ -95,7 +95,7 @@ def test_a_wrong_amount_before_the_right_one_is_not_telling():
     amount = task.payload["user"]["required_info"][0]
     wrong = str(int(amount) + 5)
     plan = [  # the expert's plan, but its confirmation names a wrong amount
-        say(c.arguments["text"].replace(", refunding to", f" and refund {wrong} to"))
+        say(c.arguments["text"].replace("Shall I", f"I will refund {wrong}. Shall I"))
         if c.name == "send_message" and "(yes/no)" in c.arguments["text"]
         else c
         for c in expert_plan(task.payload)

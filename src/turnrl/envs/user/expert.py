@@ -39,7 +39,8 @@ def expert_plan(payload: dict[str, Any]) -> list[ToolCall]:
     confirm = "Shall I proceed (yes/no)?"
     kind = sol["kind"]
     if kind == "status":
-        plan.append(_say(f"Your order {target} is {order['status']}."))
+        # in get_order's words (status=...): what follows "status=" is copied by induction
+        plan.append(_say(f"Your order {target} status={order['status']}."))
     elif kind == "refuse":
         plan.append(
             _say(
@@ -53,10 +54,13 @@ def expert_plan(payload: dict[str, Any]) -> list[ToolCall]:
             _say(
                 "What is the reason for the cancellation: no longer needed or ordered by mistake?"
             ),
-            # the amount is told once the tool has reported it (a sum the model need not do)
-            _say(f"I will cancel order {target} ({reason}), refunding to {method}. {confirm}"),
+            _say(
+                f"I will cancel order {target} ({reason}); the money goes back to the "
+                f"original payment method. {confirm}"
+            ),
             ToolCall("cancel_order", {"order_id": target, "reason": reason}),
-            _say(f"Order {target} is cancelled and {amount} will be refunded to {method}."),
+            # the amount is told in the words the tool reported it in, a copy, not a sum
+            _say(f"Done: order {target} cancelled, refund {amount} to {method}."),
         ]
     elif kind == "address":
         new = facts["address"]
