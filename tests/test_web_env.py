@@ -218,6 +218,7 @@ def test_answer_normalisation_exact_match_and_f1():
     assert normalize_answer("An apple, a day") == "apple day"
     assert exact_match("the velmora river.", "Velmora River") == 1.0
     assert exact_match("Velmora", "Velmora River") == 0.0
+    assert exact_match(" 1633300", "1633300") == 1.0  # the expert writes the space it read
     assert token_f1("Velmora", "Velmora River") == pytest.approx(2 / 3)  # p=1, r=1/2
     assert token_f1("Velmora Lake River", "the Velmora River") == pytest.approx(0.8)
     assert token_f1("", "Velmora") == 0.0 and token_f1("the", "a") == 1.0
@@ -317,8 +318,12 @@ def test_expert_solves_generated_tasks_concurrently(family):
     episodes = _run_all(family, tasks, family.expert)
     assert [e.result.success for e in episodes] == [True] * len(tasks)
     assert {t.payload["hops"] for t in tasks} == {1, 2, 3}
-    for e in episodes:  # the expert answers only what it has read
-        assert e.task.payload["answer"] in e.observations[-2]
+    for e in episodes:  # the expert answers only what it has read: the line find showed
+        find, answer = e.calls[-2:]
+        assert find == ToolCall("find", {"text": e.task.payload["label"] + ":"})
+        assert e.observations[-2].count("\np") == 1, "the answer's line alone"
+        assert answer == ToolCall("answer", {"text": " " + e.task.payload["answer"]})
+        assert e.task.payload["answer"] in e.observations[-2].splitlines()[-1]
 
 
 def test_expert_works_when_the_needed_link_is_on_a_later_page():

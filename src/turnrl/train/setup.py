@@ -84,7 +84,7 @@ def _tiny_with_warm_start(
                     cfg.rollout.max_context_tokens,
                     cfg.rollout.max_turns,
                 ],
-                "v": 11,
+                "v": 12,
             },
             sort_keys=True,
         ).encode()

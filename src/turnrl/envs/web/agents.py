@@ -2,10 +2,17 @@
 
 The expert reads observations like a person would: it searches the start entity, follows the
 numbered link whose text is the next entity of the chain (turning pages when the link is not on
-the current one), and answers on the last page. It knows the route (from the task), not the
+the current one), and on the last page finds the answer's line (``find("Population:")``) and
+answers from it: the value then stands in one short, recent line, where a small model can copy
+it, instead of among a page of ``Label: value`` lines it would first have to match. It knows the route (from the task), not the
 page contents, so its demonstrations only use what the observations show. With ``noise`` it
 makes plausible mistakes (a wrong link, a vague search, a needless find, a wrong value) and
 recovers by reopening the furthest page of the route it has reached.
+
+It writes a name or value it copies with the space it was read with (``" Shaiku Vessak"``,
+``" 1633300"``; search, find and grading ignore it): a byte-level BPE tokenizes a word after a
+space as another token than after a quote, and a small model copies tokens (an induction
+head), not words, so without the space nothing it read is what it has to write.
 """
 
 from __future__ import annotations
@@ -41,11 +48,16 @@ def link_number(observation: str, title: str) -> int | None:
 
 class WebExpert:
     def __init__(
-        self, pages: list[tuple[str, str]], answer: str, seed: int = 0, noise: float = 0.0
+        self,
+        pages: list[tuple[str, str]],
+        answer: str,
+        label: str,
+        seed: int = 0,
+        noise: float = 0.0,
     ) -> None:
         self.titles = [t for t, _ in pages]
         self.paths = [p for _, p in pages]
-        self.gold = answer
+        self.gold, self.find = answer, f"{label}:"
         self.rng, self.noise = random.Random(seed), noise
         self.reached = -1  # index of the furthest page of the route seen so far
         self.searched = False
@@ -59,6 +71,8 @@ class WebExpert:
         return self._best(observation, view)
 
     def _best(self, observation: str, view: _View | None) -> ToolCall:
+        if observation.startswith(f"'{self.find}' in {self.paths[-1]}:"):
+            return ToolCall("answer", {"text": " " + self.gold})
         on_route = view is not None and view.path in self.paths
         if view is not None and view.path.startswith("/search"):
             n = link_number(observation, self.titles[0])
@@ -70,12 +84,12 @@ class WebExpert:
                 return self._open(self.reached)
             if not self.searched:
                 self.searched = True
-                return ToolCall("search", {"query": self.titles[0]})
+                return ToolCall("search", {"query": " " + self.titles[0]})
             return self._open(0)
         assert view is not None
         i = self.paths.index(view.path)
         if i == len(self.paths) - 1:
-            return ToolCall("answer", {"text": self.gold})
+            return ToolCall("find", {"text": self.find})
         n = link_number(observation, self.titles[i + 1])
         if n is not None:
             return ToolCall("follow", {"link_number": n})
@@ -92,14 +106,14 @@ class WebExpert:
             values = [line.split(": ", 1)[1] for line in observation.splitlines() if ": " in line]
             wrong = [v for v in values if v != self.gold and "[" not in v]
             if wrong:
-                return ToolCall("answer", {"text": self.rng.choice(wrong)})
+                return ToolCall("answer", {"text": " " + self.rng.choice(wrong)})
         choice = self.rng.random()
         if links and choice < 0.5:
             return ToolCall("follow", {"link_number": self.rng.choice(links)})
         words = _WORD.findall(" ".join(self.titles))
         if choice < 0.8:
-            return ToolCall("search", {"query": self.rng.choice(words)})
-        return ToolCall("find", {"text": self.rng.choice(words)})
+            return ToolCall("search", {"query": " " + self.rng.choice(words)})
+        return ToolCall("find", {"text": " " + self.rng.choice(words)})
 
 
 class WebRandomAgent:

@@ -10,7 +10,7 @@ import pydantic
 
 from turnrl.envs.scripted import DoNothingAgent
 from turnrl.envs.web.agents import WebExpert, WebRandomAgent
-from turnrl.envs.web.corpus import build_corpus, wiki_path
+from turnrl.envs.web.corpus import build_corpus, label, wiki_path
 from turnrl.envs.web.env import WebEnv
 from turnrl.envs.web.questions import Question, generate
 from turnrl.envs.web.server import Site, WikiServer
@@ -85,8 +85,15 @@ class WebFamily:
             "asked": q.asked,
             "start": q.start,
             "pages": [[t, wiki_path(t)] for t in q.pages_needed],
+            "label": self._answer_label(q),
         }
         return Task(f"web-{split}-{zlib.crc32(q.text.encode()):08x}", self.name, payload, split)
+
+    def _answer_label(self, q: Question) -> str:
+        """The infobox label the answer follows on the last page needed ("Population")."""
+        if q.asked == "name":
+            return label(self.corpus[q.entities[-2]], q.relations[-1])
+        return label(self.corpus[q.entities[-1]], q.asked)
 
     def make_env(self) -> WebEnv:
         o = self.options
@@ -94,7 +101,13 @@ class WebFamily:
 
     def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> WebExpert:
         pages = [(t, p) for t, p in task.payload["pages"]]
-        return WebExpert(pages, task.payload["answer"], seed=hash_seed(task, seed), noise=noise)
+        return WebExpert(
+            pages,
+            task.payload["answer"],
+            task.payload["label"],
+            seed=hash_seed(task, seed),
+            noise=noise,
+        )
 
     def baseline(self, task: Task) -> DoNothingAgent:
         return DoNothingAgent("answer", {"text": ""})
