@@ -143,15 +143,15 @@ def test_focus_rules_typing_and_click_through():
     _, _, steps, result = _play(
         task,
         [
-            ToolCall("type", {"text": "lost"}),  # nothing in Settings has keyboard focus
+            ToolCall("type", {"text": "lost"}),  # nothing focused: type-ahead over the settings
             click(name_field),  # background window: focus it and deliver the click
             ToolCall("type", {"text": "x.txt"}),
             click(wifi),  # back to Settings, toggling Wi-Fi in the same click
-            ToolCall("type", {"text": "nope"}),  # a checkbox takes no text
+            ToolCall("type", {"text": "nope"}),  # a checkbox takes no text: type-ahead again
             ToolCall("key", {"name": "Space"}),  # keys go to the focused window: Wi-Fi again
         ],
     )
-    assert steps[0].observation.startswith("Error:") and "keyboard focus" in steps[0].observation
+    assert steps[0].observation.startswith("Error: no setting starts with 'lost'")
     assert 'window "Text Editor" focused' in steps[1].observation
     assert 'textbox "File name" "" focused' in steps[1].observation
     assert 'textbox "File name" "x.txt" focused' in steps[2].observation
@@ -163,6 +163,61 @@ def test_focus_rules_typing_and_click_through():
     assert steps[4].observation.startswith("Error:")
     assert 'checkbox "Wi-Fi" focused' in steps[5].observation
     assert result.success, "Wi-Fi toggled twice, nothing saved: the state is unchanged"
+
+
+def test_type_ahead_selects_in_the_file_list_and_a_focused_dropdown():
+    files = {f"f{i}.txt": "x" for i in range(7)} | {"notes.txt": "hello"}
+    task = _task(files=files, open_apps=["settings", "files"])  # files opened last: focused
+    _, first, _, _ = _play(task, [])
+    language = _id(first, "dropdown", "Language")
+    _, _, steps, _ = _play(
+        task,
+        [
+            ToolCall("type", {"text": " Notes"}),  # the list: case and spaces ignored
+            ToolCall("type", {"text": "zzz"}),
+            ToolCall("key", {"name": "Delete"}),
+            click(language),  # focuses Settings and the dropdown, and expands it
+            ToolCall("type", {"text": "ger"}),
+            ToolCall("type", {"text": "Klingon"}),
+        ],
+    )
+    assert 'listitem "notes.txt" selected' in steps[0].observation, "scrolled into view"
+    assert "items 4-8 of 8" in steps[0].observation
+    assert (
+        steps[1].observation.startswith("Error:")
+        and "no file starts with 'zzz'" in steps[1].observation
+    )
+    assert steps[2].observation.startswith("Deleted notes.txt.")
+    assert 'dropdown "Language" "English" expanded focused' in steps[3].observation
+    assert steps[4].observation.startswith("Language set to German.")
+    assert 'dropdown "Language" "German" focused' in steps[4].observation, "collapsed"
+    assert (
+        steps[5].observation.startswith("Error:")
+        and "no option starting with" in steps[5].observation
+    )
+
+
+def test_type_ahead_over_the_settings_form_focuses_and_scrolls():
+    task = _task(open_apps=["editor", "settings"], goal_settings={"dark_mode": True})
+    _, _, steps, result = _play(
+        task,
+        [
+            ToolCall("type", {"text": " time"}),  # below the fold: scrolled into view
+            ToolCall("key", {"name": "Escape"}),  # leaves the dropdown
+            ToolCall("type", {"text": "Dark"}),
+            ToolCall("key", {"name": "Space"}),
+            open_app("editor"),
+            ToolCall("type", {"text": "x"}),  # nothing focused in the editor takes text
+        ],
+    )
+    assert steps[0].observation.startswith("Focus moved to Time zone.")
+    assert 'dropdown "Time zone" "UTC" focused' in steps[0].observation
+    assert "rows 3-8 of 10" in steps[0].observation
+    settings_part = steps[1].observation.split('window "Settings" focused')[1]
+    assert "focused" not in settings_part, "Escape left the field"
+    assert steps[2].observation.startswith("Focus moved to Dark mode.")
+    assert "keyboard focus" in steps[5].observation
+    assert result.success
 
 
 def test_ids_are_stable_when_focus_changes_and_closing_refocuses():

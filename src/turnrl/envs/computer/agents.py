@@ -1,9 +1,13 @@
 """Scripted agents for the desktop: the expert and a random-action baseline.
 
-The expert turns the task's parts into intents ("open settings", "click the checkbox named
-Dark mode", "type X into the field named File name") and resolves each against the tree it
-reads, so every id it uses comes from an observation: when the target is scrolled out of view
-it scrolls, when a field holds old text it selects it first. With ``noise`` it sometimes makes
+The expert turns the task's parts into intents ("open settings", "jump to Dark mode and press
+Space", "type X into the field named File name") and resolves each against the tree it reads,
+so every id it uses comes from an observation: when the target is scrolled out of view it
+scrolls, when a field holds old text it selects it first. It picks settings, dropdown values
+and files by type-ahead rather than by id, so what it writes is a copy of the instruction.
+A dropdown it focuses by click, not by a type-ahead jump: after ``type(" Language")`` a small
+model's induction head answers the next ``type`` with " Language" again (measured: 0 of 147
+held-out choices), whatever the instruction asks. With ``noise`` it sometimes makes
 a plausible slip instead (a click on a random element, the wrong app, a stray scroll or key);
 some slips are harmless detours, some ruin the task, as with a careless person.
 """
@@ -68,18 +72,15 @@ def plan(parts: list[dict]) -> list[tuple]:
             label = SETTING[p["key"]].label
             steps.append(("open", "settings"))
             if kind == "toggle":
-                steps.append(("click", "Settings", "checkbox", label))
-            elif kind == "choose":
-                steps += [
-                    ("click", "Settings", "dropdown", label),
-                    ("click", "Settings", "option", p["value"], label),
-                ]
+                steps += [("jump", label), ("toggle", label)]
+            elif kind == "choose":  # by click: a second type-ahead copies the first again
+                steps.append(("pick", "Settings", "dropdown", label, p["value"]))
             else:
                 steps.append(("type_into", "Settings", "textbox", label, p["value"]))
         elif kind in ("delete", "rename"):
-            steps += [("open", "files"), ("click", "Files", "listitem", p["name"])]
+            steps += [("open", "files"), ("pick", "Files", "list", "Files", p["name"])]
             if kind == "delete":
-                steps.append(("click", "Files", "button", "Delete"))
+                steps.append(("key", "Delete"))
             else:
                 steps += [
                     ("type_into", "Files", "textbox", "New name", p["new_name"]),
@@ -141,6 +142,14 @@ class ComputerExpert:
             return ToolCall("key", {"name": intent[1]}), True
         if what == "type":
             return ToolCall("type", {"text": intent[1]}), True
+        if what == "jump":
+            call = self._jump(intent[1])
+            return call, call.name == "type"
+        if what == "toggle":  # on the checkbox the jump focused, else jump again
+            box = self._find("Settings", "checkbox", intent[1])
+            if box is None or "focused" not in box.states:
+                return self._jump(intent[1]), False
+            return ToolCall("key", {"name": "Space"}), True
         window, role, name = intent[1:4]
         target = self._find(window, role, name)
         if target is None:
@@ -153,12 +162,33 @@ class ComputerExpert:
             return self._scroll_towards(window), False
         if what == "click":
             return ToolCall("click", {"id": target.id}), True
+        if what == "pick":
+            if role == "dropdown" and "focused" not in target.states:
+                return ToolCall("click", {"id": target.id}), False
+            call = self._type_ahead(window, intent[4], ("dropdown",))
+            return call, call.name == "type"
         # type_into: focus the field, select its old text, then type
         if "focused" not in target.states:
             return ToolCall("click", {"id": target.id}), False
         if target.value and "all-selected" not in target.states:
             return ToolCall("key", {"name": "ctrl+a"}), False
         return ToolCall("type", {"text": intent[4]}), True
+
+    def _type_ahead(self, window: str, name: str, typed_over: tuple[str, ...]) -> ToolCall:
+        """Type a name into ``window`` as type-ahead: raise the window, leave a field that
+        would take the text as input (any role but ``typed_over``), then type the name with
+        the space it is read with in the instruction, so a model that copies tokens writes the
+        tokens it read (the apps ignore the space)."""
+        shown = [e for e in self.seen if e.window == window]
+        if not any(e.role == "window" and "focused" in e.states for e in shown):
+            app = next(a for a, t in _TITLES.items() if t == window)
+            return ToolCall("open_app", {"name": app})
+        if any("focused" in e.states and e.role not in ("window", *typed_over) for e in shown):
+            return ToolCall("key", {"name": "Escape"})
+        return ToolCall("type", {"text": " " + name})
+
+    def _jump(self, label: str) -> ToolCall:
+        return self._type_ahead("Settings", label, ("checkbox",))
 
     def _scroll_towards(self, window: str) -> ToolCall:
         """The target is out of view: scroll down while there is more below, else to the top."""

@@ -29,7 +29,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bluetooth", "checkbox", "Bluetooth"),
     Setting("dark_mode", "checkbox", "Dark mode"),
     Setting("notifications", "checkbox", "Notifications"),
-    Setting("language", "dropdown", "Language", ("English", "French", "German", "Spanish")),
+    Setting(
+        "language",
+        "dropdown",
+        "Language",
+        ("English", "French", "German", "Spanish", "Italian", "Dutch", "Polish", "Greek"),
+    ),
     Setting("font_size", "dropdown", "Font size", ("Small", "Medium", "Large")),
     Setting("auto_save", "checkbox", "Auto-save"),
     Setting("timezone", "dropdown", "Time zone", ("UTC", "CET", "EST", "PST", "JST")),
@@ -162,6 +167,8 @@ class EditorApp:
         raise ToolError("the editor has nothing to scroll")
 
     def type(self, text: str, desktop: Desktop) -> str:
+        if self.focus is None:
+            raise no_focus(self)
         return self.text.type(self, text, desktop, multiline=self.focus == "content")
 
     def get_text(self, key: str, desktop: Desktop) -> str:
@@ -267,7 +274,16 @@ class FilesApp:
         return "Scrolled."
 
     def type(self, text: str, desktop: Desktop) -> str:
-        return self.text.type(self, text, desktop, multiline=False)
+        if self.focus is not None:
+            return self.text.type(self, text, desktop, multiline=False)
+        names = sorted(desktop.files)
+        name = type_ahead(names, text)
+        if name is None:
+            raise ToolError(f"no file starts with '{text.strip()}'")
+        i = names.index(name)
+        self.selected = name
+        self.offset = min(max(self.offset, i - self.view + 1), i)
+        return f"Selected {name}."
 
     def get_text(self, key: str, desktop: Desktop) -> str:
         return self.new_name
@@ -341,8 +357,8 @@ class SettingsApp:
         return f"{SETTING[key].label} {'on' if desktop.settings[key] else 'off'}."
 
     def key(self, name: str, desktop: Desktop) -> str:
-        if name == "Escape":
-            self.expanded = None
+        if name == "Escape":  # collapse the dropdown and leave the field
+            self.expanded = self.focus = None
             return ""
         if name == "Tab":
             keys = [s.key for s in SETTINGS[self.offset : self.offset + self.view]]
@@ -368,15 +384,43 @@ class SettingsApp:
         return "Scrolled."
 
     def type(self, text: str, desktop: Desktop) -> str:
-        if self.focus is None or SETTING[self.focus].role != "textbox":
-            raise ToolError(f"nothing in '{self.title}' takes text: click a text field first")
+        if self.focus is None or SETTING[self.focus].role == "checkbox":
+            return self._jump(text)
+        s = SETTING[self.focus]
+        if s.role == "dropdown":
+            option = type_ahead(list(s.options), text)
+            if option is None:
+                raise ToolError(f"{s.label} has no option starting with '{text.strip()}'")
+            desktop.settings[s.key], self.expanded = option, None
+            return f"{s.label} set to {option}."
         return self.text.type(self, text, desktop, multiline=False)
+
+    def _jump(self, text: str) -> str:
+        """Type-ahead over the form: focus the first setting whose label starts with the text."""
+        label = type_ahead([s.label for s in SETTINGS], text)
+        if label is None:
+            raise ToolError(f"no setting starts with '{text.strip()}'")
+        i = next(i for i, s in enumerate(SETTINGS) if s.label == label)
+        self.offset = min(max(self.offset, i - self.view + 1), i)
+        self.focus, self.expanded, self.text.select_all = SETTINGS[i].key, None, False
+        return f"Focus moved to {label}."
 
     def get_text(self, key: str, desktop: Desktop) -> str:
         return str(desktop.settings[key])
 
     def set_text(self, key: str, value: str, desktop: Desktop) -> None:
         desktop.settings[key] = value
+
+
+def no_focus(app: App) -> ToolError:
+    return ToolError(f"nothing in '{app.title}' has keyboard focus: click a text field first")
+
+
+def type_ahead(names: list[str], text: str) -> str | None:
+    """The first name starting with the typed text (case and surrounding spaces ignored), as a
+    list or dropdown selects on typing."""
+    want = text.strip().lower()
+    return next((n for n in names if want and n.lower().startswith(want)), None)
 
 
 def edit_key(app: App, text: TextFocus, name: str, desktop: Desktop) -> str:

@@ -12,8 +12,12 @@ Focus rules:
 * ``click(id)`` on an element of a background window focuses that window *and* performs the
   click (click-through, as on most desktops); clicking a window element only focuses it.
 * Clicking a text field, checkbox or dropdown gives it keyboard focus within its window.
-* ``type`` and ``key`` go to the focused window only; ``type`` needs a focused text field
-  (otherwise it is refused with an observation). ``scroll`` does not change focus.
+* ``type`` and ``key`` go to the focused window only. ``type`` writes into a focused text
+  field; elsewhere it is type-ahead: in a focused dropdown it selects the first option
+  starting with the text, in the file list (no text field focused) the first such file, and in
+  the settings form (nothing or a checkbox focused) it focuses the first such setting,
+  scrolling it into view. In the editor with nothing focused it is refused with an
+  observation. ``Escape`` leaves a field; ``scroll`` does not change focus.
 
 Settings apply as soon as they change (no Apply button); files change only when the editor
 saves or the file manager renames or deletes. The graded state is ``snapshot()``: files and
@@ -128,10 +132,6 @@ class Desktop:
         app = self.focused
         if app is None:
             raise ToolError("no window is open, so there is nothing to type into")
-        if app.focus is None:
-            raise ToolError(
-                f"nothing in '{app.title}' has keyboard focus: click a text field first"
-            )
         return app.type(text, self)
 
     def key(self, name: str) -> str:

@@ -22,8 +22,10 @@ from turnrl.types import RewardResult, Task
 
 INSTRUCTIONS = (
     "You operate a desktop through its accessibility tree; [n] is an element id. Actions: "
-    "click(id), type(text) into the focused field, key(name) (Enter, Tab, Backspace, Delete, "
-    "Escape, Space, Up, Down, ctrl+a, ctrl+s), scroll(id, amount) a list or form, "
+    "click(id), type(text) into the focused field (in a list, a dropdown or the settings "
+    "form it selects the first item starting with the text), key(name) (Enter, Tab, "
+    "Backspace, Delete, Escape, Space, Up, Down, ctrl+a, ctrl+s), scroll(id, amount) a list "
+    "or form, "
     "open_app(name) (editor, files, settings), done() when the task is finished. "
     "Settings apply at once; files change only when saved, renamed or deleted."
 )
@@ -86,7 +88,8 @@ class ComputerEnv(ToolEnv):
         return self._observe(self.desktop.click(id))
 
     def type(self, text: str) -> ToolOutput:
-        """Type text into the focused field of the focused window."""
+        """Type text into the focused field of the focused window; in a focused dropdown or the
+        file list it selects the first option or file starting with the text."""
         return self._observe(self.desktop.type(text))
 
     def key(self, name: str) -> ToolOutput:

@@ -21,11 +21,14 @@ from typing import Any
 from turnrl.envs.computer.apps import APPS, SETTINGS
 
 TIERS = ("easy", "medium", "hard")
-FILE_NAMES = (
-    "notes.txt", "todo.txt", "draft.txt", "budget.csv", "ideas.md", "report.txt", "letter.txt",
-    "recipes.txt", "plan.md", "log.txt", "music.txt", "trip.md", "books.txt", "old.txt",
-    "readme.md", "agenda.txt", "poem.txt", "shopping.txt",
+_STEMS = (
+    "notes", "todo", "draft", "budget", "ideas", "report", "letter", "recipes", "plan", "log",
+    "music", "trip", "books", "old", "readme", "agenda", "poem", "shopping", "photos", "taxes",
+    "garden", "movies", "invoice", "resume", "contacts", "diary", "menu", "goals", "lessons",
+    "chores", "gifts", "bills", "workout", "quotes", "story", "guests",
 )  # fmt: skip
+# 108 names: enough that a file task is learned by reading the name, not by remembering it
+FILE_NAMES = tuple(f"{stem}.{ext}" for stem in _STEMS for ext in ("txt", "md", "csv"))
 PHRASES = (
     "buy milk", "call mom", "meeting at noon", "pay rent", "water the plants", "book flights",
     "fix the bike", "read chapter two", "send the report", "clean the kitchen", "walk the dog",
