@@ -25,8 +25,7 @@ INSTRUCTIONS = (
     "click(id), type(text) into the focused field (in a list, a dropdown or the settings "
     "form it selects the first item starting with the text), key(name) (Enter, Tab, "
     "Backspace, Delete, Escape, Space, Up, Down, ctrl+a, ctrl+s), scroll(id, amount) a list "
-    "or form, "
-    "open_app(name) (editor, files, settings), done() when the task is finished. "
+    "or form, open_app(name) (editor, files, settings), done() when the task is finished. "
     "Settings apply at once; files change only when saved, renamed or deleted."
 )
 

@@ -4,8 +4,9 @@ The expert reads observations like a person would: it searches the start entity,
 numbered link whose text is the next entity of the chain (turning pages when the link is not on
 the current one), and on the last page finds the answer's line (``find("Population:")``) and
 answers from it: the value then stands in one short, recent line, where a small model can copy
-it, instead of among a page of ``Label: value`` lines it would first have to match. It knows the route (from the task), not the
-page contents, so its demonstrations only use what the observations show. With ``noise`` it
+it, instead of among a page of ``Label: value`` lines it would first have to match. It knows
+the route and the label (from the task), not the page contents, so its demonstrations only use
+what the observations show. With ``noise`` it
 makes plausible mistakes (a wrong link, a vague search, a needless find, a wrong value) and
 recovers by reopening the furthest page of the route it has reached.
 
