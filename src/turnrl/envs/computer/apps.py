@@ -260,7 +260,7 @@ class FilesApp:
             i = names.index(self.selected) if self.selected in names else -1
             i = max(0, min(len(names) - 1, i + (1 if name == "Down" else -1)))
             self.selected = names[i]
-            self.offset = min(max(self.offset, i - self.view + 1), i)
+            self.offset = into_view(self.offset, i, self.view)
             return f"Selected {self.selected}."
         if name in ("Escape", "Tab"):
             self.focus = None if name == "Escape" or self.focus else "new_name"
@@ -282,7 +282,7 @@ class FilesApp:
             raise ToolError(f"no file starts with '{text.strip()}'")
         i = names.index(name)
         self.selected = name
-        self.offset = min(max(self.offset, i - self.view + 1), i)
+        self.offset = into_view(self.offset, i, self.view)
         return f"Selected {name}."
 
     def get_text(self, key: str, desktop: Desktop) -> str:
@@ -401,7 +401,7 @@ class SettingsApp:
         if label is None:
             raise ToolError(f"no setting starts with '{text.strip()}'")
         i = next(i for i, s in enumerate(SETTINGS) if s.label == label)
-        self.offset = min(max(self.offset, i - self.view + 1), i)
+        self.offset = into_view(self.offset, i, self.view)
         self.focus, self.expanded, self.text.select_all = SETTINGS[i].key, None, False
         return f"Focus moved to {label}."
 
@@ -410,6 +410,11 @@ class SettingsApp:
 
     def set_text(self, key: str, value: str, desktop: Desktop) -> None:
         desktop.settings[key] = value
+
+
+def into_view(offset: int, row: int, view: int) -> int:
+    """The smallest scroll from ``offset`` that shows ``row`` in a window of ``view`` rows."""
+    return min(max(offset, row - view + 1), row)
 
 
 def no_focus(app: App) -> ToolError:
