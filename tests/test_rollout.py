@@ -11,6 +11,8 @@ import torch
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.base import ToolEnv, ToolOutput
 from turnrl.envs.guess import BinarySearchAgent, GuessFamily
+from turnrl.envs.registry import make_family
+from turnrl.envs.scripted import ScriptedAgent
 from turnrl.policy.base import Generation, SamplingParams
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
@@ -72,9 +74,7 @@ class Forced:
     """Teacher-forces the actions of scripted agents through a real model: the ids are the
     tokenisation of the agent's tool call, the logprobs are the model's for those ids."""
 
-    def __init__(
-        self, policy: HFPolicy, renderer: ChatRenderer, agents: dict[int, BinarySearchAgent]
-    ):
+    def __init__(self, policy: HFPolicy, renderer: ChatRenderer, agents: dict[int, ScriptedAgent]):
         self.policy, self.renderer, self.agents = policy, renderer, agents
         self.version = policy.version
 
@@ -141,8 +141,8 @@ def run(requests, renderer, backend, limits, params=None, make_env=FAMILY.make_e
     return asyncio.run(go())
 
 
-def first_messages(task: Task):
-    env = FAMILY.make_env()
+def first_messages(task: Task, family=FAMILY):
+    env = family.make_env()
     first = asyncio.run(env.reset(task))
     return [
         {"role": "system", "content": env.instructions},
@@ -189,6 +189,34 @@ def test_tool_calling_episodes_are_token_exact(model, request):
         check_token_exact(traj, renderer, tools, recorder.calls[i], msgs)
         check_logprobs(traj, policy, 1.0)
     assert max(len(t.turns) for t in trajs) >= 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "env_name, options", [("web", {"max_hops": 2}), ("computer", {"tier": "medium"})]
+)
+def test_smollm2_episodes_in_web_and_computer_envs_are_token_exact(smollm2, env_name, options):
+    """A real model's chat template carries the browsing and desktop envs: the experts' calls,
+    teacher-forced through SmolLM2, solve held-out tasks token-exactly."""
+    tok, policy = smollm2
+    renderer = renderer_for(tok)
+    family = make_family(env_name, options)
+    try:
+        tasks = family.tasks("test", 2, seed=0)
+        agents = {i: family.expert(t, seed=i) for i, t in enumerate(tasks)}
+        recorder = Recording(Forced(policy, renderer, agents))
+        reqs = [EpisodeRequest(t, "g", i) for i, t in enumerate(tasks)]
+        limits = RolloutLimits(
+            max_turns=20, max_new_tokens=256, max_context_tokens=8192, max_obs_tokens=1024
+        )
+        trajs, _ = run(reqs, renderer, recorder, limits, make_env=family.make_env)
+        for i, traj in enumerate(trajs):
+            assert traj.termination is TerminationReason.DONE and traj.reward == 1.0
+            msgs, tools = first_messages(tasks[i], family)
+            check_token_exact(traj, renderer, tools, recorder.calls[i], msgs)
+            check_logprobs(traj, policy, 1.0)
+    finally:
+        family.close()
 
 
 def test_top_p_and_temperature_logprobs_match_scoring(tiny):
