@@ -168,7 +168,9 @@ class EditorApp:
 
     def type(self, text: str, desktop: Desktop) -> str:
         if self.focus is None:
-            raise no_focus(self)
+            raise ToolError(
+                f"nothing in '{self.title}' has keyboard focus: click a text field first"
+            )
         return self.text.type(self, text, desktop, multiline=self.focus == "content")
 
     def get_text(self, key: str, desktop: Desktop) -> str:
@@ -415,10 +417,6 @@ class SettingsApp:
 def into_view(offset: int, row: int, view: int) -> int:
     """The smallest scroll from ``offset`` that shows ``row`` in a window of ``view`` rows."""
     return min(max(offset, row - view + 1), row)
-
-
-def no_focus(app: App) -> ToolError:
-    return ToolError(f"nothing in '{app.title}' has keyboard focus: click a text field first")
 
 
 def type_ahead(names: list[str], text: str) -> str | None:

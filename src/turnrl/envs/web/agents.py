@@ -6,9 +6,9 @@ the current one), and on the last page finds the answer's line (``find("Populati
 answers from it: the value then stands in one short, recent line, where a small model can copy
 it, instead of among a page of ``Label: value`` lines it would first have to match. It knows
 the route and the label (from the task), not the page contents, so its demonstrations only use
-what the observations show. With ``noise`` it
-makes plausible mistakes (a wrong link, a vague search, a needless find, a wrong value) and
-recovers by reopening the furthest page of the route it has reached.
+what the observations show. With ``noise`` it makes plausible mistakes (a wrong link, a vague
+search, a needless find, a wrong value) and recovers by reopening the furthest page of the
+route it has reached.
 
 It writes a name or value it copies with the space it was read with (``" Shaiku Vessak"``,
 ``" 1633300"``; search, find and grading ignore it): a byte-level BPE tokenizes a word after a
