@@ -35,8 +35,9 @@ from turnrl.rollout.async_rollout import AsyncRollouts
 from turnrl.train.batch import collate
 from turnrl.train.config import load_config
 from turnrl.train.evaluate import evaluate_policy
-from turnrl.train.loop import _sampling, limits_of, rollout, sample_requests, train_on_batch
+from turnrl.train.loop import _sampling, limits_of, rollout, sample_requests
 from turnrl.train.setup import build_model
+from turnrl.train.step import train_on_batch
 
 BANDIT = [
     "name=bench",

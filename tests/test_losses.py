@@ -225,8 +225,10 @@ def test_ppo_equals_policy_gradient_at_ratio_one(B, T, seed, aggregation, ratio_
         ratio_level=ratio_level,
         dual_clip_c=3.0,
     )
-    pg = aggregate(-adv * lp, mask, aggregation)  # REINFORCE surrogate
-    torch.testing.assert_close(loss, aggregate(-adv, mask, aggregation))
+    # GSPO keeps its own per-sequence normalisation whatever the aggregation says
+    agg = "seq-mean-token-mean" if ratio_level == "sequence" else aggregation
+    pg = aggregate(-adv * lp, mask, agg)  # REINFORCE surrogate
+    torch.testing.assert_close(loss, aggregate(-adv, mask, agg))
     (g_ppo,) = torch.autograd.grad(loss, lp)
     (g_pg,) = torch.autograd.grad(pg, lp)
     torch.testing.assert_close(g_ppo, g_pg)

@@ -57,16 +57,20 @@ def group_mean_std(
     mean_g = Σ u_j x_j / n_g, std_g = sqrt(Σ u_j (x_j − mean_g)² / d), d = n_g (population) or
     n_g − 1 (sample; groups of one get std 0). Shapes: ``x, group, weight: [N]``; returns three
     ``[N]`` tensors gathered back to each element (weight-0 elements still receive their group's
-    statistics, computed without them).
+    statistics, computed without them). Everything is float64 (a float32 mean of 1e6-sized
+    rewards loses the differences being measured); a weight-0 element's value is never read,
+    so a NaN there cannot reach its group.
     """
     _, inv = torch.unique(group, return_inverse=True)  # [N] dense group ids
     n_groups = int(inv.max()) + 1 if inv.numel() else 0
-    xd = x.double()  # accumulate in float64
+    xd = torch.where(weight > 0, x.double(), torch.zeros((), dtype=torch.float64))  # [N]
     # Shift each group by one of its own members so an all-equal group has deviations of exactly 0
     # (otherwise float rounding of the mean, divided by a ~0 std, gives large spurious advantages).
     first = torch.full((n_groups,), len(x), dtype=torch.long, device=x.device)
-    first.scatter_reduce_(0, inv, torch.arange(len(x), device=x.device), reduce="amin")  # [G]
-    ref = xd[first]  # [G]
+    idx = torch.arange(len(x), device=x.device)  # [N]
+    idx = torch.where(weight > 0, idx, torch.full_like(idx, len(x)))  # a weighted member
+    first.scatter_reduce_(0, inv, idx, reduce="amin")  # [G]
+    ref = xd[first.clamp(max=max(len(x) - 1, 0))]  # [G]
     d = xd - ref[inv]  # [N]
     w = weight.double()  # [N]
     count = torch.zeros(n_groups, dtype=torch.float64, device=x.device).index_add_(0, inv, w)  # [G]
@@ -74,9 +78,7 @@ def group_mean_std(
     sq = torch.zeros_like(count).index_add_(0, inv, (d - mean_d[inv]) ** 2 * w)  # [G]
     denom = count if std == "population" else count - 1
     var = torch.where(denom > 0, sq / denom.clamp(min=1), torch.zeros_like(sq))  # [G]
-    mean = (ref + mean_d).to(x.dtype)  # [G]
-    var = var.to(x.dtype)
-    count = count.to(x.dtype)
+    mean = ref + mean_d  # [G]
     return mean[inv], var.sqrt()[inv], count[inv]
 
 
@@ -107,11 +109,11 @@ def grpo(
     Ref: Shao et al. 2024, "DeepSeekMath" (GRPO), arXiv:2402.03300.
     """
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    mean, sd, _ = group_mean_std(rewards, group_index, valid, std)  # [B] x3
-    adv = rewards - mean  # [B]
+    mean, sd, _ = group_mean_std(rewards, group_index, valid, std)  # [B] x3 float64
+    adv = rewards.double() - mean  # [B]
     if scale:
         adv = _scale(adv, sd, eps)
-    return torch.where(valid, adv, torch.zeros_like(adv))
+    return torch.where(valid, adv, torch.zeros_like(adv)).to(rewards.dtype)
 
 
 def dr_grpo(
@@ -135,9 +137,10 @@ def rloo(
     for Free!"; Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740.
     """
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    mean, _, n = group_mean_std(rewards, group_index, valid)  # [B] x2
-    adv = torch.where(n > 1, n / (n - 1).clamp(min=1) * (rewards - mean), torch.zeros_like(mean))
-    return torch.where(valid, adv, torch.zeros_like(adv))
+    mean, _, n = group_mean_std(rewards, group_index, valid)  # [B] x3 float64
+    dev = rewards.double() - mean  # [B]
+    adv = torch.where(n > 1, n / (n - 1).clamp(min=1) * dev, torch.zeros_like(mean))
+    return torch.where(valid, adv, torch.zeros_like(adv)).to(rewards.dtype)
 
 
 def reinforce_pp(
@@ -158,13 +161,14 @@ def reinforce_pp(
     Ref: Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning LLMs", arXiv:2501.03262.
     """
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    a = rewards - group_mean_std(rewards, group_index, valid)[0] if group_baseline else rewards
-    w = valid.to(rewards.dtype)  # [B]
+    r = torch.where(valid, rewards.double(), torch.zeros((), dtype=torch.float64))  # [B]
+    a = r - group_mean_std(r, group_index, valid)[0] if group_baseline else r  # [B]
+    w = valid.double()  # [B]
     if token_counts is not None:
-        w = w * token_counts.to(rewards.dtype)
+        w = w * token_counts.double()
     mu, sigma, _ = group_mean_std(a, torch.zeros_like(group_index), w)  # [B] x2, one batch group
     adv = _scale(a - mu, sigma, eps)  # [B]
-    return torch.where(valid, adv, torch.zeros_like(adv))
+    return torch.where(valid, adv, torch.zeros_like(adv)).to(rewards.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +230,8 @@ def gigpo(
     states are identical form a step group S = {(j, l) : g(j) = g(i), s_{j,l} = s_{i,k}}; each
     step's discounted return R_{i,k} = r'_{i,k} + γ R_{i,k+1} (r' = per-turn reward, plus R_i on the
     last turn) is normalised within S: A^S_{i,k} = (R_{i,k} − mean_S R) / (std_S R + eps); a step
-    group of one gets A^S = 0. ``std`` defaults to the sample std as in the reference code.
+    group of one gets A^S = 0. ``std`` defaults to the sample std as in the reference code
+    (verl-agent's ``torch.std``), γ to the paper's 0.95. Returns are summed in float64.
     Shapes: ``rewards, group_index, valid: [B]``, ``turn_rewards, turn_mask, anchor_ids: [B, K]``
     → ``[B, K]``, 0 on padded turns and invalid trajectories.
     Ref: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training",
@@ -237,6 +242,8 @@ def gigpo(
         torch.ones(B, dtype=torch.bool, device=rewards.device) if valid is None else valid.bool()
     )
     scale = norm == "mean_std"
+    out_dtype = rewards.dtype
+    rewards, turn_rewards = rewards.double(), turn_rewards.double()  # returns summed in float64
     episode_return = rewards + (turn_rewards * turn_mask.to(turn_rewards.dtype)).sum(-1)  # [B]
     episode = grpo(episode_return, group_index, valid, std=std, eps=eps, scale=scale)  # [B]
 
@@ -252,7 +259,7 @@ def gigpo(
     a_step = torch.where(n > 1, a_step, torch.zeros_like(a_step)).reshape(B, K)  # [B, K]
 
     adv = episode.unsqueeze(-1) + step_weight * a_step  # [B, K]
-    return torch.where(step_valid, adv, torch.zeros_like(adv))
+    return torch.where(step_valid, adv, torch.zeros_like(adv)).to(out_dtype)
 
 
 def gae_turn(
@@ -341,9 +348,18 @@ def acted_on_anchors(trajectory: Trajectory) -> list[Hashable]:
     """The state each turn acted on: the task's initial state for turn 0, else the previous
     turn's ``anchor`` (``Turn.anchor`` is the state *after* its turn). Trajectories of one group
     share the initial state, so their first steps always form one step group (GiGPO's anchor
-    states, Feng et al. 2025)."""
-    initial: Hashable = ("<initial>", trajectory.task_id)
-    return [initial] + [turn.anchor for turn in trajectory.turns[:-1]]
+    states, Feng et al. 2025).
+
+    A turn whose text did not parse never reached the environment, so it has no state of its
+    own: the next turn acts on ("parse_error", state it failed from). Parse errors after
+    different states therefore never share a step group, while the same failure from the same
+    state (an identical situation: same env state, one failed attempt more) still does."""
+    state: Hashable = ("<initial>", trajectory.task_id)
+    out: list[Hashable] = []
+    for turn in trajectory.turns:
+        out.append(state)
+        state = ("parse_error", state) if turn.parse_error is not None else turn.anchor
+    return out
 
 
 def anchor_ids_exact(anchors: Sequence[Sequence[Hashable]], pad: int = -1) -> torch.Tensor:
@@ -424,6 +440,7 @@ class Advantages:
     tokens: torch.Tensor  # [B, T] per-token advantages, exactly 0 where loss_mask == 0
     loss_mask: torch.Tensor  # [B, T] the batch's loss_mask with invalid rows zeroed
     valid: torch.Tensor  # [B] bool, trajectories that take part in the loss
+    non_finite: torch.Tensor  # [B] bool, rows dropped for a NaN/inf reward or advantage
     turns: torch.Tensor | None = None  # [B, K] per-turn advantages (gigpo, gae_turn)
     returns: torch.Tensor | None = None  # [B, K] critic targets (gae_turn)
 
@@ -436,14 +453,15 @@ def compute_advantages(
     loss_mask: torch.Tensor,
     truncated: torch.Tensor | None = None,
     truncation: Truncation = "mask",
+    excluded: torch.Tensor | None = None,
     turn_index: torch.Tensor | None = None,
     turn_rewards: torch.Tensor | None = None,
     turn_mask: torch.Tensor | None = None,
     anchor_ids: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
-    std: StdKind = "population",
+    std: StdKind | None = None,
     eps: float = 1e-6,
-    gamma: float = 1.0,
+    gamma: float | None = None,
     lam: float = 0.95,
     step_weight: float = 1.0,
     gigpo_norm: GiGPONorm = "mean_std",
@@ -466,7 +484,17 @@ def compute_advantages(
       statistic; ``zero``: R_i := 0 before any statistic (per-turn rewards are kept);
       ``bootstrap``: ``gae_turn`` only: R_i is not added and V_{i,n_i} stands in for the future.
 
-    ``std`` applies to grpo and gigpo. Raises ``ValueError`` naming missing inputs or a bad option.
+    ``excluded: [B]`` bool marks rows that are nobody's evidence (an infrastructure failure: env
+    error, timeout, a lost episode): they leave the loss and every statistic whatever the
+    truncation policy. Rows whose reward or per-turn rewards are NaN/inf are excluded the same
+    way (``Advantages.non_finite``), and so are rows whose advantages come out non-finite (a
+    diverged critic); every read of an excluded value goes through ``torch.where``.
+
+    ``std`` applies to grpo and gigpo; None picks each estimator's reference convention
+    (population for grpo, as in the note's worked example; sample for gigpo, as its reference
+    code). ``gamma`` None is 0.95 for gigpo (its paper) and 1.0 otherwise (episodic tasks).
+    Everything is computed in float64; token advantages come back in ``rewards``' dtype.
+    Raises ``ValueError`` naming missing inputs or a bad option.
     """
     B = rewards.shape[0]
     truncated = (
@@ -490,11 +518,28 @@ def compute_advantages(
     if missing:
         raise ValueError(f"estimator={estimator!r} needs {', '.join(missing)}")
 
-    valid = ~truncated if truncation == "mask" else torch.ones_like(truncated)  # [B]
-    r = rewards.to(torch.float32)
+    if std is None:
+        std = "sample" if estimator == "gigpo" else "population"
+    if gamma is None:
+        gamma = 0.95 if estimator == "gigpo" else 1.0
+    zero = torch.zeros((), dtype=torch.float64, device=rewards.device)
+    r = rewards.double()  # [B]
+    non_finite = ~torch.isfinite(r)  # [B]
+    if turn_rewards is not None:
+        turn_rewards = turn_rewards.double()  # [B, K]
+        live = turn_mask.bool() if turn_mask is not None else torch.ones_like(turn_rewards).bool()
+        non_finite |= (live & ~torch.isfinite(turn_rewards)).any(-1)
+    out = non_finite if excluded is None else non_finite | excluded.bool()  # [B]
+    truncated = truncated & ~out
+    valid = ~out & (~truncated if truncation == "mask" else torch.ones_like(truncated))  # [B]
+    r = torch.where(valid, r, zero)
+    if turn_rewards is not None:
+        turn_rewards = torch.where(valid.unsqueeze(-1), turn_rewards, zero)  # [B, K]
+    if values is not None:
+        values = values.double()  # [B, K+1]
     if truncation in ("zero", "bootstrap"):
         # zero: the cut episode scores 0; bootstrap: V after the last turn replaces R_i.
-        r = torch.where(truncated, torch.zeros_like(r), r)  # [B]
+        r = torch.where(truncated, zero, r)  # [B]
 
     turn_adv = ret = None
     match estimator:
@@ -539,5 +584,19 @@ def compute_advantages(
             raise ValueError(
                 f"estimator={estimator!r}; expected grpo, dr_grpo, rloo, reinforce_pp, gigpo or gae_turn"
             )
+    # A diverged critic (or any overflow) must not reach the loss: drop the row, not the step.
+    bad = ~torch.isfinite(tokens).all(-1) & valid  # [B]
+    if turn_adv is not None:
+        bad |= ~torch.isfinite(turn_adv).all(-1) & valid
+    if bool(bad.any()):
+        valid = valid & ~bad
+        non_finite = non_finite | bad
+        keep = valid.unsqueeze(-1)
+        tokens = torch.where(keep, tokens, zero)
+        turn_adv = None if turn_adv is None else torch.where(keep, turn_adv, zero)
+        ret = None if ret is None else torch.where(keep, ret, zero)
     kept_mask = loss_mask * valid.unsqueeze(-1).to(loss_mask.dtype)  # [B, T]
-    return Advantages(tokens, kept_mask, valid, turn_adv, ret)
+    tokens = tokens.to(rewards.dtype)
+    turn_adv = None if turn_adv is None else turn_adv.to(rewards.dtype)
+    ret = None if ret is None else ret.to(rewards.dtype)
+    return Advantages(tokens, kept_mask, valid, non_finite, turn_adv, ret)

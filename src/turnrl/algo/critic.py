@@ -65,8 +65,12 @@ def value_loss(
     *,
     old_values: torch.Tensor | None = None,
     clip: float | None = None,
+    total: float | None = None,
 ) -> torch.Tensor:
     """L_V = ½ · mean_mask max((V − G)², (V_old + clip(V − V_old, −c, c) − G)²).
+
+    ``total`` replaces the mask's own count in the mean (the turn count of a whole minibatch
+    when this call sees one micro-batch of it, so the micro-batch losses sum to its loss).
 
     Without ``old_values``/``clip`` it is the plain ½ (V − G)². Clipping keeps the new values near
     the ones that produced the advantages (PPO's value clipping). Shapes: ``values, returns, mask,
@@ -77,13 +81,14 @@ def value_loss(
     m = mask.to(values.dtype)  # [B, K]
     returns = returns.detach()
     err = (values - returns) ** 2  # [B, K]
+    n = m.sum().clamp(min=1) if total is None else max(float(total), 1.0)
     if clip is not None:
         if old_values is None:
             raise ValueError("value_loss: clip needs old_values")
         old = old_values.detach()
         clipped = old + (values - old).clamp(-clip, clip)  # [B, K]
         err = torch.maximum(err, (clipped - returns) ** 2)
-    return 0.5 * (err * m).sum() / m.sum().clamp(min=1)
+    return 0.5 * torch.where(m > 0, err, torch.zeros_like(err)).sum() / n
 
 
 def turn_boundary_positions(

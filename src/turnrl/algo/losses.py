@@ -65,25 +65,32 @@ def aggregate(
     mode: Aggregation = "token-mean",
     *,
     norm_length: int | None = None,
+    total_tokens: float | torch.Tensor | None = None,
+    total_rows: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar.
 
-    Let N_i = Σ_t m_{i,t} and B' the number of rows with N_i > 0.
-      ``token-mean``:              Σ_{i,t} m v / Σ_i N_i  (every token weighs the same; DAPO)
+    Let N_i = Σ_t m_{i,t}, N = Σ_i N_i and B' the number of rows with N_i > 0.
+      ``token-mean``:              Σ_{i,t} m v / N  (every token weighs the same; DAPO)
       ``seq-mean-token-mean``:     (1/B') Σ_i (Σ_t m v / N_i)  (every sequence weighs the same;
                                    the original GRPO, which favours short sequences' tokens)
-      ``seq-mean-token-sum-norm``: (1/B') Σ_i Σ_t m v / L with a constant L = ``norm_length`` or T
-                                   (Dr. GRPO: no length-dependent normalisation at all)
+      ``seq-mean-token-sum-norm``: (1/B') Σ_i Σ_t m v / L with a constant L = ``norm_length``
+                                   (Dr. GRPO: no length-dependent normalisation at all; T, the
+                                   padded length, when not given)
+    Every mode is Σ_{i,t} c_i m v with a per-row weight c_i, so a minibatch split into
+    micro-batches sums to the same scalar when N and B' are those of the *whole* minibatch:
+    pass them as ``total_tokens`` and ``total_rows`` (and a fixed ``norm_length``).
     Shapes: ``values, mask: [B, T]`` → scalar. Refs: Yu et al. 2025, "DAPO", arXiv:2503.14476;
     Liu et al. 2025, "Dr. GRPO", arXiv:2503.20783.
     """
     m = mask.to(values.dtype)  # [B, T]
-    per_row = (values * m).sum(-1)  # [B]
+    per_row = torch.where(m > 0, values, torch.zeros_like(values)).sum(-1)  # [B]
     n = m.sum(-1)  # [B]
-    rows = (n > 0).sum().clamp(min=1)
+    tokens = n.sum().clamp(min=1) if total_tokens is None else max(float(total_tokens), 1.0)
+    rows = (n > 0).sum().clamp(min=1) if total_rows is None else max(float(total_rows), 1.0)
     match mode:
         case "token-mean":
-            return per_row.sum() / n.sum().clamp(min=1)
+            return per_row.sum() / tokens
         case "seq-mean-token-mean":
             return (per_row / n.clamp(min=1)).sum() / rows
         case "seq-mean-token-sum-norm":
@@ -97,17 +104,29 @@ def aggregate(
 def kl_penalty(
     logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator = "k3"
 ) -> torch.Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ.
+    """Per-token KL loss term on tokens sampled from π_θ; its *value* estimates a KL and its
+    *gradient* is what the name below says (checked by exact enumeration in the tests).
 
-    k1 = log π_θ − log π_ref (unbiased, high variance, can be negative);
-    k3 = π_ref/π_θ − log(π_ref/π_θ) − 1 (unbiased, ≥ 0, low variance; GRPO's choice).
-    Shapes: ``[B, T]`` → ``[B, T]``. Ref: Schulman 2020, "Approximating KL Divergence"
-    (joschu.net/blog/kl-approx.html).
+    ``k1``: value k1 = log π_θ − log π_ref (unbiased estimate of KL(π_θ ‖ π_ref)), written as
+      sg[k1]·(log π_θ − sg[log π_θ]) + sg[k1] so that its gradient is k1·∇log π_θ, the
+      score-function gradient of KL(π_θ ‖ π_ref) — the same update as putting −β·k1 in the
+      reward (InstructGPT). Differentiating k1 itself would give ∇log π_θ, whose expectation
+      under π_θ is 0: a penalty that regularises nothing.
+    ``k3``: value ρ − log ρ − 1 with ρ = π_ref/π_θ (unbiased, ≥ 0, low-variance estimate of
+      KL(π_θ ‖ π_ref); GRPO's choice). Its gradient is (1 − ρ)∇log π_θ, whose expectation is
+      ∇KL(π_ref ‖ π_θ): as a loss term k3 pulls towards the reference by the *reverse*
+      (mass-covering) direction, not the KL its value estimates.
+    Per token, conditioned on the prefix: the effect of a token on later tokens' KL is not
+    credited (as in every per-token KL loss). Shapes: ``[B, T]`` → ``[B, T]``. Refs: Schulman
+    2020, "Approximating KL Divergence" (joschu.net/blog/kl-approx.html); Ouyang et al. 2022
+    "InstructGPT" (KL in the reward); Shao et al. 2024 "DeepSeekMath" (k3 loss); Tang & Munos
+    2025, "On a few pitfalls in KL divergence gradient estimation for RL", arXiv:2506.09477.
     """
     log_ratio = ref_logprobs - logprobs  # [B, T] log(π_ref/π_θ)
     match estimator:
         case "k1":
-            return -log_ratio
+            k1 = (-log_ratio).detach()  # [B, T]
+            return k1 * (logprobs - logprobs.detach()) + k1
         case "k3":
             log_ratio = log_ratio.clamp(-20, 20)  # exp overflow guard on far-off tokens
             return log_ratio.exp() - log_ratio - 1
@@ -168,6 +187,8 @@ def policy_loss(
     ratio_level: Literal["token", "sequence"] = "token",
     aggregation: Aggregation = "token-mean",
     norm_length: int | None = None,
+    total_tokens: float | torch.Tensor | None = None,
+    total_rows: float | torch.Tensor | None = None,
     behavior_logprobs: torch.Tensor | None = None,
     is_correction: Literal["tis", "decoupled"] | None = None,
     is_level: Literal["token", "sequence"] = "token",
@@ -187,8 +208,10 @@ def policy_loss(
 
     * ``ratio_level="sequence"`` is GSPO: r_{i,t} = sg[s_i] · π_θ(x_t)/sg[π_θ(x_t)], so the value
       (and the clipping) uses the length-normalised sequence ratio s_i and the gradient is
-      s_i ∇log π_θ(x_t) (GSPO-token; equals GSPO when A is constant over the sequence). Use small
-      ε (≈3e-4, 4e-4).
+      s_i ∇log π_θ(x_t) (GSPO-token; equals GSPO when A is constant over the sequence). The
+      policy term then always uses GSPO's own normalisation, (1/B') Σ_i (1/N_i) Σ_t, whatever
+      ``aggregation`` says (which still applies to the KL and entropy terms): with token-mean a
+      sequence would weigh by its length, which is not GSPO's objective. Use small ε (≈3e-4, 4e-4).
     * ``is_correction="tis"``: w = min(π_old/μ, C) when the sampler (μ) differs from the trainer's
       π_old for the same weights (another engine, precision) or is slightly stale.
     * ``is_correction="decoupled"``: ``old_logprobs`` are the *proximal* policy's (the trainer's
@@ -196,6 +219,9 @@ def policy_loss(
       region stays centred on π_prox rather than on the stale μ. Same formula, different meaning of
       ``old_logprobs``; ``is_cap=None`` leaves w untruncated.
       Both use :func:`importance_weights` (``is_level``, ``is_mode``, ``is_cap``).
+    * ``total_tokens``, ``total_rows``: N and B' of the whole minibatch when this call sees one
+      micro-batch of it (see :func:`aggregate`); the micro-batch losses then sum to the loss of
+      the whole minibatch, and so do their gradients. ``norm_length`` is Dr. GRPO's constant L.
     * ``ref_logprobs`` with ``kl_coef > 0``: KL to a frozen reference, ``kl_estimator`` k1 or k3.
     * ``entropy: [B, T]`` (:func:`token_entropy`) with ``entropy_coef > 0``: entropy bonus.
 
@@ -253,15 +279,17 @@ def policy_loss(
         metrics["is_weight_max"] = w.max()
         metrics["is_truncated_frac"] = hit.sum() / n_tokens
 
-    loss = aggregate(pg, m, aggregation, norm_length=norm_length)
+    norms = dict(norm_length=norm_length, total_tokens=total_tokens, total_rows=total_rows)
+    pg_aggregation = "seq-mean-token-mean" if ratio_level == "sequence" else aggregation
+    loss = aggregate(pg, m, pg_aggregation, **norms)
     if ref_logprobs is not None:
         kl = kl_penalty(logprobs, ref_logprobs.detach(), kl_estimator)  # [B, T]
-        kl_term = aggregate(kl, m, aggregation, norm_length=norm_length)
+        kl_term = aggregate(kl, m, aggregation, **norms)
         metrics["kl"] = kl_term.detach()
         if kl_coef:
             loss = loss + kl_coef * kl_term
     if entropy is not None:
-        ent_term = aggregate(entropy, m, aggregation, norm_length=norm_length)
+        ent_term = aggregate(entropy, m, aggregation, **norms)
         metrics["entropy"] = ent_term.detach()
         if entropy_coef:
             loss = loss - entropy_coef * ent_term

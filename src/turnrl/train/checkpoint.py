@@ -23,14 +23,18 @@ def save_checkpoint(
     version: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
+    critic: torch.nn.Module | None = None,
     extra: dict[str, Any] | None = None,
 ) -> None:
+    """Everything a resume needs; ``critic`` (gae_turn's value head, whose Adam moments live in
+    ``optimizer``) is saved beside the policy."""
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "step": step,
         "version": version,
         "model": trainable_state(model),
         "optimizer": optimizer.state_dict(),
+        "critic": None if critic is None else critic.state_dict(),
         "rng": {"python": random.getstate(), "torch": torch.get_rng_state()},
         "extra": extra or {},
     }
@@ -42,9 +46,17 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    critic: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     state = torch.load(path, map_location="cpu", weights_only=False)
+    if critic is not None:
+        saved = state.get("critic")
+        assert saved is not None, f"{path} holds no critic, but this run trains one (gae_turn)"
+        critic.load_state_dict(saved)
     missing = model.load_state_dict(state["model"], strict=False)
     assert not missing.unexpected_keys, (
         f"checkpoint has unknown weights: {missing.unexpected_keys[:5]}"

@@ -66,15 +66,21 @@ class RolloutConfig(Strict):
 
 class AlgoConfig(Strict):
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gigpo", "gae_turn"] = "grpo"
-    std: Literal["population", "sample"] = "population"
+    # None: each estimator's reference convention (population for grpo, sample for gigpo)
+    std: Literal["population", "sample"] | None = None
     eps: float = 1e-6
-    # mask: cut episodes leave the loss; zero: they score 0 (right when the turn cap is part
-    # of the task, as in the default run); bootstrap: critic value (gae_turn).
+    # Episodes cut by a limit (turns, context, parse errors). mask: they leave the loss; zero:
+    # they score 0 (right when the budget is part of the task, as in the default run; masking
+    # would make running out the clock free); bootstrap: critic value (gae_turn). Env errors,
+    # timeouts and lost episodes are infrastructure failures: always left out of their group.
     truncation: Literal["mask", "zero", "bootstrap"] = "zero"
-    gamma: float = Field(1.0, ge=0, le=1)
+    gamma: float | None = Field(None, ge=0, le=1)  # None: 0.95 for gigpo (its paper), else 1
     lam: float = Field(0.95, ge=0, le=1)
     gigpo_weight: float = 1.0
     gigpo_norm: Literal["mean_std", "mean"] = "mean_std"
+    # GiGPO step groups: identical anchor states, or text anchors at least this similar
+    anchors: Literal["exact", "similar"] = "exact"
+    anchor_similarity: float = Field(0.9, gt=0, le=1)
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
     dual_clip: float | None = Field(None, gt=1)
@@ -82,6 +88,8 @@ class AlgoConfig(Strict):
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
         "token-mean"
     )
+    # Dr. GRPO's constant L for seq-mean-token-sum-norm; None: rollout.max_context_tokens
+    norm_tokens: int | None = Field(None, ge=1)
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
@@ -89,8 +97,8 @@ class AlgoConfig(Strict):
     is_level: Literal["token", "sequence"] = "token"
     is_mode: Literal["clamp", "mask"] = "clamp"
     is_cap: float = Field(2.0, gt=0)
-    value_coef: float = 0.5
-    value_clip: float | None = None
+    value_coef: float = Field(0.5, ge=0)  # gae_turn: weight of the critic's loss
+    value_clip: float | None = Field(None, gt=0)  # gae_turn: PPO value clipping range
 
     @model_validator(mode="after")
     def _bootstrap_needs_critic(self) -> AlgoConfig:
@@ -109,7 +117,10 @@ class OptimConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     minibatch_size: int = Field(32, ge=1)  # trajectories per optimizer step
-    micro_batch_size: int = Field(8, ge=1)  # trajectories per forward/backward
+    micro_batch_size: int = Field(8, ge=1)  # at most this many trajectories per forward/backward
+    # and at most this many (padded) tokens per forward/backward; None: no token budget
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
     epochs: int = Field(1, ge=1)  # passes over each rollout batch
 
 

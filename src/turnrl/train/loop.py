@@ -19,8 +19,6 @@ from pathlib import Path
 import torch
 import yaml
 
-from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
-from turnrl.algo.losses import policy_loss, sequence_logprobs, token_entropy
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family, make_family
 from turnrl.policy.hf import HFPolicy
@@ -28,12 +26,13 @@ from turnrl.policy.models import turn_end_token
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
-from turnrl.train.batch import Batch, collate
+from turnrl.train.batch import collate
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy
 from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
 from turnrl.train.setup import build_model
+from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
 from turnrl.types import Trajectory
 
 Log = Callable[[str], None]
@@ -82,135 +81,6 @@ def rollout(
     return asyncio.run(go())
 
 
-def train_on_batch(
-    cfg: TrainConfig,
-    model: torch.nn.Module,
-    ref_model: torch.nn.Module | None,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    step: int,
-) -> dict[str, float]:
-    """Advantages, then the clipped policy loss over minibatches with gradient accumulation."""
-    a = cfg.algo
-    adv = compute_advantages(
-        a.advantage,
-        rewards=batch.rewards,
-        group_index=batch.group_index,
-        loss_mask=batch.loss_mask,
-        truncated=batch.truncated,
-        truncation=a.truncation,
-        turn_index=batch.turn_index,
-        turn_rewards=batch.turn_rewards,
-        turn_mask=batch.turn_mask,
-        anchor_ids=batch.anchor_ids,
-        std=a.std,
-        eps=a.eps,
-        gamma=a.gamma,
-        lam=a.lam,
-        step_weight=a.gigpo_weight,
-        gigpo_norm=a.gigpo_norm,
-    )
-    adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed)
-    # Rows whose advantages are all 0 add no policy gradient; without KL/entropy terms they are
-    # skipped (as DAPO's dynamic sampling does), which on CPU halves the work of a typical step.
-    has_signal = (adv.tokens.abs() * adv.loss_mask).sum(-1) > 0  # [B]
-    if a.kl_coef > 0 or a.entropy_coef > 0:
-        has_signal = adv.loss_mask.sum(-1) > 0
-    rows = has_signal.nonzero().flatten()
-    out: dict[str, float] = {
-        "train/rows": float(len(rows)),
-        "adv/abs_mean": float(
-            (adv.tokens.abs() * adv.loss_mask).sum() / adv.loss_mask.sum().clamp(min=1)
-        ),
-    }
-    if len(rows) == 0:
-        return out
-    proximal = None
-    if a.is_correction != "none":
-        # The proximal policy pi_old: this model before any update of this step, computed once.
-        proximal = torch.zeros_like(batch.behavior_logprobs)
-        with torch.no_grad():
-            for micro in rows.split(cfg.optim.micro_batch_size):
-                T = int(batch.attention_mask[micro].sum(-1).max())
-                ids = batch.input_ids[micro, :T]
-                logits = model(input_ids=ids, attention_mask=batch.attention_mask[micro, :T]).logits
-                proximal[micro, :T] = sequence_logprobs(
-                    logits, ids, temperature=cfg.rollout.temperature
-                )
-    gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
-    sums: dict[str, float] = {}
-    weights = 0.0
-    model.train()
-    for _ in range(cfg.optim.epochs):
-        perm = rows[torch.randperm(len(rows), generator=gen)]
-        for mb in perm.split(cfg.optim.minibatch_size):
-            optimizer.zero_grad(set_to_none=True)
-            mb_tokens = adv.loss_mask[mb].sum().clamp(min=1)
-            for micro in mb.split(cfg.optim.micro_batch_size):
-                T = int(batch.attention_mask[micro].sum(-1).max())
-                ids = batch.input_ids[micro, :T]
-                attn = batch.attention_mask[micro, :T]
-                mask = adv.loss_mask[micro, :T]
-                logits = model(input_ids=ids, attention_mask=attn).logits  # [b, T, V]
-                logprobs = sequence_logprobs(
-                    logits, ids, temperature=cfg.rollout.temperature
-                )  # [b, T]
-                entropy = token_entropy(
-                    logits if a.entropy_coef > 0 else logits.detach(),
-                    temperature=cfg.rollout.temperature,
-                )
-                ref_lp = None
-                if ref_model is not None:
-                    with torch.no_grad():
-                        ref_lp = sequence_logprobs(
-                            ref_model(input_ids=ids, attention_mask=attn).logits,
-                            ids,
-                            temperature=cfg.rollout.temperature,
-                        )
-                behavior = batch.behavior_logprobs[micro, :T]
-                # Synchronous hf sampling uses these very weights in fp32, so the sampler's
-                # logprobs are the trust region's centre; with a correction it is the proximal
-                # policy and the sampler's logprobs only enter the importance weight.
-                old = behavior if proximal is None else proximal[micro, :T]
-                loss, m = policy_loss(
-                    logprobs,
-                    old,
-                    adv.tokens[micro, :T],
-                    mask,
-                    eps_low=a.eps_low,
-                    eps_high=a.eps_high,
-                    dual_clip_c=a.dual_clip,
-                    ratio_level=a.ratio_level,
-                    aggregation=a.aggregation,
-                    behavior_logprobs=behavior if a.is_correction != "none" else None,
-                    is_correction=None if a.is_correction == "none" else a.is_correction,
-                    is_level=a.is_level,
-                    is_mode=a.is_mode,
-                    is_cap=a.is_cap,
-                    ref_logprobs=ref_lp,
-                    kl_coef=a.kl_coef,
-                    kl_estimator=a.kl_estimator,
-                    entropy=entropy,
-                    entropy_coef=a.entropy_coef,
-                )
-                share = float(mask.sum() / mb_tokens)  # token share of this micro-batch
-                (loss * share).backward()
-                w = float(mask.sum())
-                weights += w
-                sums["loss"] = sums.get("loss", 0.0) + loss.item() * w
-                sums["entropy"] = sums.get("entropy", 0.0) + float((entropy.detach() * mask).sum())
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * w
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) * float(mb_tokens)
-            optimizer.step()
-    out.update({k if "/" in k else f"train/{k}": v / max(weights, 1.0) for k, v in sums.items()})
-    out["loss"] = out.pop("train/loss")
-    out["entropy"] = out.pop("train/entropy")
-    out["kl"] = out.get("train/kl", out.get("train/approx_kl", 0.0))
-    return out
-
-
 def train(
     cfg: TrainConfig, *, resume_dir: Path | None = None, quiet: bool = False, log: Log = print
 ) -> Path:
@@ -232,16 +102,17 @@ def train(
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=cfg.optim.lr,
-        weight_decay=cfg.optim.weight_decay,
-    )
+    if cfg.optim.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    critic = make_critic(cfg, model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable += list(critic.parameters()) if critic is not None else []
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
 
     start_step = 0
     ckpt = run_dir / "checkpoints" / "last.pt"
     if resume_dir is not None and ckpt.exists():
-        state = load_checkpoint(ckpt, model, optimizer)
+        state = load_checkpoint(ckpt, model, optimizer, critic=critic)
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
     writer = MetricsWriter(run_dir, truncate_from=start_step)
@@ -268,6 +139,7 @@ def train(
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
         )
 
+    zero_streak = 0
     try:
         if start_step == 0 and cfg.steps > 0:
             run_eval(0)
@@ -289,9 +161,19 @@ def train(
                 if cfg.reward.screeners
                 else {}
             )
-            batch = collate(trajs, tokenizer.pad_token_id)
+            flag_non_finite(trajs, cfg.env.name, log)
+            zero_streak = zero_reward_streak(zero_streak, trajs, log)
+            a = cfg.algo
+            batch = collate(
+                trajs,
+                tokenizer.pad_token_id,
+                anchors=a.anchors,
+                anchor_similarity=a.anchor_similarity,
+            )
             with policy.lock:  # no sampling from half-updated weights
-                train_metrics = train_on_batch(cfg, model, ref_model, optimizer, batch, step)
+                train_metrics = train_on_batch(
+                    cfg, model, ref_model, optimizer, batch, step, critic=critic, log=log
+                )
                 policy.version += 1
             if rollouts is not None:
                 rollouts.weights_updated(policy.version)
@@ -308,7 +190,12 @@ def train(
             writer.write(metrics, trajs[:2], renderer)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
-                    ckpt, step=step + 1, version=policy.version, model=model, optimizer=optimizer
+                    ckpt,
+                    step=step + 1,
+                    version=policy.version,
+                    model=model,
+                    optimizer=optimizer,
+                    critic=critic,
                 )
             progress.update(step + 1, metrics)
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != cfg.steps:
