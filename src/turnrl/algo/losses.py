@@ -30,6 +30,11 @@ Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-n
 KLEstimator = Literal["k1", "k3"]
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """float32 for half-precision logits (their log-softmax is too coarse), else unchanged."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def sequence_logprobs(
     logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -37,11 +42,12 @@ def sequence_logprobs(
 
     ``logits[:, t]`` predicts token t+1 (the transformers convention), so the logits are shifted
     by one. ``temperature`` must match the sampler's for ratios against behaviour logprobs to mean
-    anything. Shapes: ``logits: [B, T, V]``, ``input_ids: [B, T]`` → ``[B, T]`` float32.
+    anything. Shapes: ``logits: [B, T, V]``, ``input_ids: [B, T]`` → ``[B, T]``, float32 for
+    half-precision logits, else their dtype.
     Ref: the autoregressive factorisation log p(x) = Σ_t log p(x_t | x_{<t}) (Bengio et al. 2003).
     """
     B, T, V = logits.shape
-    z = logits[:, :-1].float() / temperature  # [B, T-1, V]
+    z = _upcast(logits[:, :-1]) / temperature  # [B, T-1, V]
     # cross_entropy is a fused log-softmax + gather: no [B, T, V] log-prob tensor is kept.
     nll = F.cross_entropy(z.reshape(-1, V), input_ids[:, 1:].reshape(-1), reduction="none")
     return F.pad(-nll.view(B, T - 1), (1, 0))  # [B, T]
@@ -54,7 +60,7 @@ def token_entropy(logits: torch.Tensor, *, temperature: float = 1.0) -> torch.Te
     ``[B, T, V]`` → ``[B, T]``. Ref: entropy bonus of Williams & Peng 1991 and Mnih et al. 2016
     ("A3C"), as used in PPO's L^{CLIP+VF+S}.
     """
-    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # [B, T-1, V]
+    logp = torch.log_softmax(_upcast(logits[:, :-1]) / temperature, dim=-1)  # [B, T-1, V]
     h = -(logp.exp() * logp).sum(-1)  # [B, T-1]
     return F.pad(h, (1, 0))  # [B, T]
 

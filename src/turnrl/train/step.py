@@ -213,7 +213,7 @@ def minibatch_loss(
             values[:, :K],
             returns.to(values.dtype),
             value_mask,
-            old_values=None if a.value_clip is None else old_values[:, :K],
+            old_values=None if a.value_clip is None else old_values[:, :K].to(values.dtype),
             clip=a.value_clip,
             total=t.get("turns"),
         )
@@ -274,8 +274,9 @@ def _pre_pass(
     a = cfg.algo
     B, T = batch.input_ids.shape
     need_prox, need_ref = a.is_correction != "none", ref_model is not None
-    prox = torch.zeros(B, T) if need_prox else None
-    ref = torch.zeros(B, T) if need_ref else None
+    dtype = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
+    prox = torch.zeros(B, T, dtype=dtype) if need_prox else None
+    ref = torch.zeros(B, T, dtype=dtype) if need_ref else None
     values = torch.zeros(B, positions.shape[1], dtype=torch.float64) if critic else None
     if not (need_prox or need_ref or critic):
         return prox, ref, values
@@ -340,7 +341,7 @@ def train_on_batch(
         step_weight=a.gigpo_weight,
         gigpo_norm=a.gigpo_norm,
     )
-    adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed).float()
+    adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed)
     value_mask = None
     if critic is not None:
         value_mask = batch.turn_mask * adv.valid.unsqueeze(-1).to(batch.turn_mask.dtype)  # [B, K]
@@ -367,7 +368,7 @@ def train_on_batch(
             f"({int(adv.valid.sum())} of {len(adv.valid)} episodes in the loss)"
         )
     if len(rows) == 0:
-        return out
+        return out | {"loss": 0.0}
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
     sums: dict[str, float] = {}
@@ -413,7 +414,7 @@ def train_on_batch(
                     ref_logprobs=None if ref_lp is None else ref_lp[micro, :T],
                     entropy=entropy if a.entropy_coef > 0 else None,
                     values=values,
-                    old_values=None if old_values is None else old_values[micro].float(),
+                    old_values=None if old_values is None else old_values[micro],
                     returns=None if adv.returns is None else adv.returns[micro],
                     value_mask=None if value_mask is None else value_mask[micro],
                     totals=totals,
