@@ -363,3 +363,43 @@ def test_malformed_turns_keep_blame_but_get_no_credit():
     malformed = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 1, 1, 0]], dtype=torch.bool)
     out = no_credit_for_malformed(adv, malformed)
     assert out.tolist() == [[1.0, 1.0, 0.0, 0.0, 0.0], [-1.0, -1.0, -1.0, -1.0, 0.0]]
+
+
+# ---------------------------------------------------------------- precision and anchors
+
+
+def test_group_statistics_in_float64():
+    # float32 rewards near 1e6: a float32 mean would give [0, 0, 0, 2.31]
+    rewards = torch.tensor([1e6, 1e6, 1e6, 1e6 + 0.125], dtype=torch.float32)
+    adv = grpo(rewards, torch.zeros(4, dtype=torch.long), eps=0.0)
+    s = math.sqrt(3)
+    torch.testing.assert_close(adv, torch.tensor([-1 / s, -1 / s, -1 / s, s]))
+
+
+def test_gigpo_sums_equal_turn_rewards_to_equal_returns_whatever_the_order():
+    turn_rewards = torch.tensor([[1e6, 0.1, 0.2], [0.2, 0.1, 1e6]], dtype=torch.float32)
+    adv = gigpo(
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.long),
+        turn_rewards,
+        torch.ones(2, 3),
+        torch.tensor([[0, 1, 2], [5, 3, 4]]),  # no step groups: A = episode advantage
+    )
+    # equal episode returns: no episode-level advantage (float32 sums gave ±0.7)
+    assert adv[:, 0].abs().max() < 1e-3
+
+
+def test_parse_error_anchors_never_alias_different_states():
+    def traj(*turns):
+        return Trajectory("t", "g", 0, [], [], [], [], turns=list(turns))
+
+    ok = Turn(0, 0, 0, 0, [], 0, anchor="X")
+    bad = Turn(0, 0, 0, 0, [], 0, anchor=("parse_error",), parse_error="no JSON")
+    a = acted_on_anchors(traj(bad, ok, ok))  # fails from the initial state
+    b = acted_on_anchors(traj(ok, bad, ok))  # fails from X
+    c = acted_on_anchors(traj(bad, bad, ok))
+    init = ("<initial>", "t")
+    assert a == [init, ("parse_error", init), "X"]
+    assert b == [init, "X", ("parse_error", "X")]
+    assert c == [init, ("parse_error", init), ("parse_error", ("parse_error", init))]
+    assert a[1] != b[2]  # after a parse error, different states stay different step groups

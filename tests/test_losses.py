@@ -233,3 +233,68 @@ def test_ppo_equals_policy_gradient_at_ratio_one(B, T, seed, aggregation, ratio_
     (g_pg,) = torch.autograd.grad(pg, lp)
     torch.testing.assert_close(g_ppo, g_pg)
     assert met["clipfrac"].item() == 0.0
+
+
+def _expected_grad_of_kl_term(estimator: str, theta: torch.Tensor, ref_logits: torch.Tensor):
+    """Σ_x π_θ(x) ∇_θ k(x): the exact expectation of the term's per-sample gradient, every
+    outcome x of a categorical policy enumerated (the sample itself does not move with θ)."""
+    logp = torch.log_softmax(theta, -1)  # [V]
+    ref = torch.log_softmax(ref_logits, -1)  # [V]
+    terms = kl_penalty(logp.unsqueeze(0), ref.unsqueeze(0), estimator)[0]  # [V] one per x
+    (grad,) = torch.autograd.grad((logp.exp().detach() * terms).sum(), theta)
+    return grad
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kl_terms_have_the_gradient_of_the_kl_they_name(seed):
+    gen = torch.Generator().manual_seed(seed)
+    theta = torch.randn(6, generator=gen, dtype=torch.float64).requires_grad_(True)
+    ref_logits = torch.randn(6, generator=gen, dtype=torch.float64)
+    p, q = torch.softmax(theta, -1), torch.softmax(ref_logits, -1)
+    forward_kl = (p * (p.log() - q.log())).sum()  # KL(π_θ ‖ π_ref)
+    reverse_kl = (q * (q.log() - p.log())).sum()  # KL(π_ref ‖ π_θ)
+    (g_fwd,) = torch.autograd.grad(forward_kl, theta, retain_graph=True)
+    (g_rev,) = torch.autograd.grad(reverse_kl, theta)
+    torch.testing.assert_close(_expected_grad_of_kl_term("k1", theta, ref_logits), g_fwd)
+    torch.testing.assert_close(_expected_grad_of_kl_term("k3", theta, ref_logits), g_rev)
+    assert not torch.allclose(g_fwd, g_rev)  # the two directions really differ here
+    # the values still estimate KL(π_θ ‖ π_ref) without bias
+    logp, ref = torch.log_softmax(theta, -1), torch.log_softmax(ref_logits, -1)
+    for est in ("k1", "k3"):
+        value = (p * kl_penalty(logp.unsqueeze(0), ref.unsqueeze(0), est)[0]).sum()
+        torch.testing.assert_close(value, forward_kl)
+    # differentiating k1 = log π_θ − log π_ref itself regularises nothing: E[∇ log π_θ] = 0
+    naive = (p.detach() * (logp - ref)).sum()
+    (g_naive,) = torch.autograd.grad(naive, theta)
+    torch.testing.assert_close(g_naive, torch.zeros_like(g_naive))
+
+
+def test_kl_term_through_policy_loss_has_the_named_gradient():
+    """The same check through policy_loss: one row per outcome x, weighted by π(x) through a
+    token-sum aggregation (seq-mean-token-sum-norm with L = 1 over V rows, times V)."""
+    gen = torch.Generator().manual_seed(7)
+    theta = torch.randn(5, generator=gen, dtype=torch.float64).requires_grad_(True)
+    ref = torch.log_softmax(torch.randn(5, generator=gen, dtype=torch.float64), -1)
+    for est, direction in (("k1", "forward"), ("k3", "reverse")):
+        logp = torch.log_softmax(theta, -1)  # [V]
+        p = logp.exp().detach()
+        lp = logp.unsqueeze(-1)  # [V, 1]: row x holds the one sampled token x
+        loss, _ = policy_loss(
+            lp,
+            lp.detach(),
+            torch.zeros_like(lp),
+            torch.ones_like(lp),
+            aggregation="seq-mean-token-sum-norm",
+            norm_length=1,
+            ref_logprobs=ref.unsqueeze(-1),
+            kl_coef=1.0,
+            kl_estimator=est,
+        )
+        # loss = (1/V) Σ_x k(x); reweight every row by V π(x) via a second pass of the gradient
+        (g_rows,) = torch.autograd.grad(loss, lp)
+        g = torch.autograd.grad(logp, theta, grad_outputs=g_rows[:, 0] * 5 * p)[0]
+        q = ref.exp()
+        pp = torch.softmax(theta, -1)
+        kl = (pp * (pp.log() - ref)).sum() if direction == "forward" else (q * (ref - pp.log())).sum()
+        (g_kl,) = torch.autograd.grad(kl, theta)
+        torch.testing.assert_close(g, g_kl)
