@@ -295,6 +295,10 @@ def test_kl_term_through_policy_loss_has_the_named_gradient():
         g = torch.autograd.grad(logp, theta, grad_outputs=g_rows[:, 0] * 5 * p)[0]
         q = ref.exp()
         pp = torch.softmax(theta, -1)
-        kl = (pp * (pp.log() - ref)).sum() if direction == "forward" else (q * (ref - pp.log())).sum()
+        kl = (
+            (pp * (pp.log() - ref)).sum()
+            if direction == "forward"
+            else (q * (ref - pp.log())).sum()
+        )
         (g_kl,) = torch.autograd.grad(kl, theta)
         torch.testing.assert_close(g, g_kl)

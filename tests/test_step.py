@@ -380,3 +380,47 @@ def test_infra_failures_leave_their_group():
         # three successes and two infra failures: nothing to learn, not +0.8 each
         assert torch.all(adv.tokens == 0)
         assert adv.valid.tolist() == [True, True, True, False, False]
+
+
+# ---------------------------------------------------------------------------------------------
+# The critic
+# ---------------------------------------------------------------------------------------------
+
+
+def test_critic_learns_the_value_of_a_toy_env():
+    """Two-turn episodes whose outcome is fixed by the first prompt token (token 1: reward 1,
+    token 2: reward 0, both 50 % of the time); training through train_on_batch with gae_turn
+    must make V at both turn boundaries approach the expected return of the state."""
+    cfg = load_config(
+        None,
+        ["env.name=guess", "algo.advantage=gae_turn", "optim.lr=0.01", "optim.micro_batch_size=4"],
+    )
+    model = tiny_lm(torch.float32)
+    critic = TurnCritic.sharing(model)
+    opt = torch.optim.AdamW([*model.parameters(), *critic.parameters()], lr=0.01)
+    rng = random.Random(0)
+
+    def episode(good: bool, i: int) -> Trajectory:
+        t = trajectory(rng, f"g{i}", 3, [(2, 2), (2, 0)], float(good))
+        t.token_ids[0] = 1 if good else 2
+        for turn in t.turns:
+            turn.reward = 0.0
+        return t
+
+    def values(batch):
+        lengths = batch.attention_mask.sum(-1)
+        pos = turn_boundary_positions(batch.turn_index, batch.turn_mask, lengths)
+        with torch.no_grad():
+            _, _, hidden = token_logprobs(
+                model, batch.input_ids, batch.attention_mask, batch.loss_mask
+            )
+            return critic.values_from_hidden(hidden, pos)[:, :2]  # V before turns 0 and 1
+
+    for step in range(60):
+        trajs = [episode(i % 2 == 0, i) for i in range(8)]
+        train_on_batch(
+            cfg, model, None, opt, collate(trajs, 0), step, critic=critic, log=lambda s: None
+        )
+    test = collate([episode(True, 0), episode(False, 1)], 0)
+    v = values(test)
+    torch.testing.assert_close(v, torch.tensor([[1.0, 1.0], [0.0, 0.0]]), atol=0.15, rtol=0)

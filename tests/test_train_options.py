@@ -111,3 +111,21 @@ def test_one_training_step_per_option(tmp_path, cache, extra, monkeypatch):
     assert math.isfinite(row["loss"]), row
     assert row["train/rows"] > 0 and row["train/skipped_steps"] == 0, row
     assert weights_moved(run_dir), f"{extra}: the step changed no weight"
+
+
+def test_gae_turn_critic_is_checkpointed_and_resumed(tmp_path, cache, monkeypatch):
+    extra = ["algo.advantage=gae_turn", "algo.truncation=bootstrap"]
+    _, run_dir = one_step(tmp_path, cache, extra, monkeypatch)
+    ckpt = run_dir / "checkpoints" / "last.pt"
+    saved = torch.load(ckpt, weights_only=False)
+    head = saved["critic"]["value_head.weight"]
+    assert head.abs().sum() > 0  # trained from its zero init
+    model = LlamaForCausalLM.from_pretrained(run_dir / "model")
+    # the value head's Adam moments sit in the optimizer state beside the policy's
+    assert len(saved["optimizer"]["state"]) == len(list(model.parameters())) + 2
+    logs: list[str] = []
+    cfg = load_config(None, TINY + [f"runs_dir={tmp_path}", "steps=2"] + extra)
+    train(cfg, resume_dir=run_dir, quiet=True, log=logs.append)
+    assert any("resumed" in line for line in logs)
+    again = torch.load(ckpt, weights_only=False)
+    assert again["step"] == 2 and not torch.equal(again["critic"]["value_head.weight"], head)
