@@ -95,6 +95,25 @@ def evaluate(
 
 
 @app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    out: Annotated[Path, typer.Argument(help="where to write the model (must not exist)")],
+) -> None:
+    """Write a run's latest policy to OUT as a transformers save_pretrained directory (LoRA
+    merged), loadable with AutoModelForCausalLM.from_pretrained(OUT)."""
+    from turnrl.train.export import export_run
+
+    if not (run_dir / "config.yaml").exists():
+        console.print(f"[red]{run_dir}[/red]: no config.yaml; not a run directory")
+        raise typer.Exit(2)
+    if out.exists():
+        console.print(f"[red]{out}[/red] already exists; give a new path")
+        raise typer.Exit(2)
+    cfg = _config(run_dir / "config.yaml", [])
+    console.print(f"written: {export_run(run_dir, out, cfg)}")
+
+
+@app.command()
 def report(
     run_dir: Path,
     audit: Annotated[
