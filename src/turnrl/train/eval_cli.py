@@ -8,20 +8,29 @@ from pathlib import Path
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
+from turnrl.policy.models import load_model, load_tokenizer, place, turn_end_token
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy, evaluate_scripted
+from turnrl.train.export import saved_policy
 from turnrl.train.loop import _sampling, limits_of
 
 
-def _load(cfg: TrainConfig, run_dir: Path | None):
+def load_policy(cfg: TrainConfig, run_dir: Path | None):
+    """(model, tokenizer) of a run's latest policy (``run_dir/model``), or of ``model.name``
+    when there is no run; placed per ``model.device``/``model.dtype``. A run made before
+    ``run_dir/model`` held the trained policy gets its checkpoint applied to the warm start."""
+    m = cfg.model
+    saved = saved_policy(run_dir) if run_dir is not None else None
+    if saved is not None:
+        return load_model(saved, m.dtype, m.device, m.trust_remote_code), load_tokenizer(saved)
     if run_dir is not None and (run_dir / "model" / "config.json").exists():
         from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
         model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
         tok = PreTrainedTokenizerFast.from_pretrained(run_dir / "model")
     else:
-        model, tok = load_model(cfg.model.name), load_tokenizer(cfg.model.name)
+        model = load_model(m.name, m.dtype, m.device, m.trust_remote_code)
+        tok = load_tokenizer(m.name, m.trust_remote_code)
     ckpt = run_dir / "checkpoints" / "last.pt" if run_dir is not None else None
     if ckpt is not None and ckpt.exists():
         import torch
@@ -29,7 +38,6 @@ def _load(cfg: TrainConfig, run_dir: Path | None):
         if cfg.model.lora:
             from peft import LoraConfig, get_peft_model
 
-            m = cfg.model
             model = get_peft_model(
                 model,
                 LoraConfig(
@@ -42,7 +50,7 @@ def _load(cfg: TrainConfig, run_dir: Path | None):
             )
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"], strict=False)
-    return model, tok
+    return place(model, m.device, m.dtype), tok
 
 
 def run_eval(
@@ -54,7 +62,7 @@ def run_eval(
     family = make_family(cfg.env.name, cfg.env.options)
     try:
         tasks = family.tasks("test", n_tasks, seed=cfg.seed)
-        model, tok = _load(cfg, run_dir)
+        model, tok = load_policy(cfg, run_dir)
         renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
         policy = HFPolicy(model, tok.pad_token_id)
         result, _ = asyncio.run(

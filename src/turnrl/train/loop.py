@@ -22,7 +22,7 @@ import yaml
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family, make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import turn_end_token
+from turnrl.policy.models import place, turn_end_token
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
@@ -30,6 +30,7 @@ from turnrl.train.batch import collate
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy
+from turnrl.train.export import save_policy, saved_policy
 from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
 from turnrl.train.setup import build_model
 from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
@@ -96,6 +97,7 @@ def train(
     train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
     eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
+    model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = ChatRenderer(tokenizer, HermesToolCallParser(), turn_end_token(tokenizer))
     policy = HFPolicy(model, tokenizer.pad_token_id)
     params = _sampling(cfg, renderer)
@@ -115,6 +117,8 @@ def train(
         state = load_checkpoint(ckpt, model, optimizer, critic=critic)
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
+    if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
+        save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
     writer = MetricsWriter(run_dir, truncate_from=start_step)
     rollouts = make_rollouts(cfg, family, train_tasks, renderer, model, policy, params, start_step)
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
@@ -197,6 +201,7 @@ def train(
                     optimizer=optimizer,
                     critic=critic,
                 )
+                save_policy(run_dir, model, tokenizer, cfg.model.name, step + 1)
             progress.update(step + 1, metrics)
             if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != cfg.steps:
                 run_eval(step + 1)

@@ -22,6 +22,7 @@ from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
+from turnrl.train.export import resume_sources, saved_policy
 from turnrl.train.induction import induction_warmup
 from turnrl.train.sft import play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
@@ -49,8 +50,10 @@ def build_model(
         model.save_pretrained(saved)
         tok.save_pretrained(saved)
         return model, tok
-    tok = load_tokenizer(cfg.model.name)
-    model = load_model(cfg.model.name)
+    m = cfg.model
+    weights, tok_path = resume_sources(run_dir, m.name, m.lora)  # the run's own copy on resume
+    tok = load_tokenizer(tok_path, m.trust_remote_code)
+    model = load_model(weights, m.dtype, m.device, m.trust_remote_code)
     if cfg.model.lora:
         from peft import LoraConfig, get_peft_model
 
@@ -64,7 +67,7 @@ def build_model(
                 task_type="CAUSAL_LM",
             ),
         )
-    if cfg.sft.enabled and cfg.sft.episodes > 0:
+    if cfg.sft.enabled and cfg.sft.episodes > 0 and saved_policy(run_dir) is None:
         _warm_start(cfg, family, train_tasks, model, tok, log)
     return model, tok
 

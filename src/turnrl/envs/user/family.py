@@ -12,6 +12,7 @@ from turnrl.envs.user.env import UserEnv, UserFactory, scripted_user
 from turnrl.envs.user.expert import expert_plan
 from turnrl.envs.user.simulator import ModelUser, UserSimulator
 from turnrl.envs.user.tasks import generate
+from turnrl.policy.openai import endpoint_chat
 from turnrl.types import Task, ToolCall
 
 Tier = Literal["easy", "hard"]
@@ -25,7 +26,9 @@ class UserOptions(pydantic.BaseModel):
 
     tiers: tuple[Tier, ...] = ("easy", "hard")
     user: Literal["scripted", "model"] = "scripted"
-    user_backend: Any = None  # for user="model": any object with async chat(messages) -> str
+    # for user="model": an endpoint mapping {base_url, model, ...} (policy.openai.EndpointConfig)
+    # or any object with async chat(messages) -> str
+    user_backend: Any = None
     user_max_turns: int = pydantic.Field(12, gt=0)  # ModelUser leaves after this many replies
     details_per_turn: int = pydantic.Field(1, gt=0)  # ScriptedUser: details revealed per reply
     progress_reward: bool = False
@@ -35,10 +38,18 @@ class UserOptions(pydantic.BaseModel):
     train_size: int = pydantic.Field(600, gt=0)
     test_size: int = pydantic.Field(120, gt=0)
 
+    @pydantic.field_validator("user_backend", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> Any:
+        return endpoint_chat(v, "user_backend")
+
     @pydantic.model_validator(mode="after")
     def _backend_given(self) -> UserOptions:
         if self.user == "model" and not callable(getattr(self.user_backend, "chat", None)):
-            raise ValueError("user_backend: user='model' needs an object with async chat(messages)")
+            raise ValueError(
+                "user_backend: user='model' needs an endpoint {base_url, model} "
+                "or an object with async chat(messages)"
+            )
         return self
 
 

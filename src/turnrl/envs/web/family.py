@@ -14,6 +14,7 @@ from turnrl.envs.web.corpus import build_corpus, label, wiki_path
 from turnrl.envs.web.env import WebEnv
 from turnrl.envs.web.questions import Question, generate
 from turnrl.envs.web.server import Site, WikiServer
+from turnrl.policy.openai import endpoint_chat
 from turnrl.types import Task
 
 
@@ -31,8 +32,15 @@ class WebOptions(pydantic.BaseModel):
     page_size: int = pydantic.Field(800, ge=100)  # characters per page of an opened document
     search_results: int = pydantic.Field(5, ge=1, le=20)
     test_fraction: float = pydantic.Field(0.2, gt=0, lt=1)  # start entities held out for test
-    judge: Any = None  # any object with `async def chat(messages) -> str`
+    # an endpoint mapping {base_url, model, ...} (policy.openai.EndpointConfig) or any object
+    # with `async def chat(messages) -> str`
+    judge: Any = None
     timeout: float = pydantic.Field(5.0, gt=0)  # seconds per HTTP request
+
+    @pydantic.field_validator("judge", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> Any:
+        return endpoint_chat(v, "judge")
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> WebOptions:

@@ -1,0 +1,283 @@
+"""An external model behind an OpenAI-compatible endpoint as the agent, for evaluation.
+
+The token-in/token-out loop (:mod:`turnrl.rollout.agent_loop`) needs our token ids; an
+endpoint has its own tokenizer and returns messages. So this runner works on messages: the
+same env contract (``reset``/``step``/``grade``/``close``), the env's tools sent as
+``tools=`` (OpenAI function schemas), and the same endings and metrics, so
+:func:`turnrl.train.evaluate.summarize` reads its trajectories like any others. They carry
+no token ids (nothing here can be trained).
+
+Two reply styles work: native ``tool_calls`` (``content`` may be null), answered with one
+``tool`` message per call id; and tool calls written as text in ``content`` (Hermes
+``<tool_call>`` JSON by default), answered with a ``user`` message holding the
+``<tool_response>`` blocks, since an API ``tool`` message must name a call id.
+
+An endpoint failure ends the episode as ENV_ERROR with the endpoint's message; a request
+that times out ends it as TIMEOUT, its error saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
+from turnrl.envs.base import ToolEnv
+from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
+from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits
+from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
+
+CHARS_PER_TOKEN = 4  # observations are clipped by characters: there is no tokenizer of ours
+
+
+def clip_text(text: str, max_tokens: int) -> str:
+    cap = max_tokens * CHARS_PER_TOKEN
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}\n[... {len(text) - cap} characters clipped ...]"
+
+
+def native_call(raw: dict[str, Any]) -> ToolCall:
+    """A ``tool_calls`` entry as a ToolCall; arguments that are not a JSON object raise
+    ParseError (shown to the model, as for text calls)."""
+    fn = raw["function"]
+    name, args = fn.get("name"), fn.get("arguments") or {}
+    if not isinstance(name, str) or not name:
+        raise ParseError("tool call without a function name")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ParseError(f"tool call arguments are not valid JSON ({e.msg})") from None
+    if not isinstance(args, dict):
+        raise ParseError("tool call arguments must be a JSON object")
+    return ToolCall(name, args)
+
+
+async def run_endpoint_episode(
+    env: ToolEnv,
+    request: EpisodeRequest,
+    chat: OpenAIChat,
+    limits: RolloutLimits,
+    parser: ToolCallParser | None = None,
+) -> Trajectory:
+    """Play one episode with the endpoint as the agent and grade it. Always returns a
+    Trajectory; always closes the env."""
+    parser = parser or HermesToolCallParser()
+    start = time.monotonic()
+    deadline = start + limits.episode_timeout_s
+    turns: list[Turn] = []
+    messages: list[dict[str, Any]] = []
+    termination = TerminationReason.MAX_TURNS
+    error: str | None = None
+    result: RewardResult | None = None
+    parse_errors = 0
+    env_time = 0.0
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        return left
+
+    async def run_call(call: ToolCall, turn: Turn) -> tuple[str, bool, bool]:
+        """(observation, terminated, truncated) of one call."""
+        nonlocal parse_errors, env_time
+        t0 = time.monotonic()
+        step = await asyncio.wait_for(env.step(call), remaining())
+        env_time += time.monotonic() - t0
+        turn.reward += step.reward
+        turn.anchor = step.info.get("anchor", step.observation)
+        if step.info.get("error") in MALFORMED:
+            parse_errors += 1
+            turn.malformed = True
+        return step.observation, step.terminated, step.truncated
+
+    try:
+        try:
+            first = await asyncio.wait_for(env.reset(request.task), remaining())
+            messages = [
+                {"role": "system", "content": env.instructions},
+                {"role": "user", "content": first},
+            ]
+            tools = env.tool_schemas()
+            for _ in range(limits.max_turns):
+                (reply,) = await asyncio.wait_for(chat.reply(messages, tools=tools), remaining())
+                turn = Turn(0, 0, 0, 0, [], -1)
+                turns.append(turn)
+                terminated = stop = False
+                if reply.tool_calls:  # native: one tool message per call id
+                    messages.append(
+                        {
+                            "role": "assistant",
+                            "content": reply.text or None,
+                            "tool_calls": reply.tool_calls,
+                        }
+                    )
+                    for raw in reply.tool_calls:
+                        if terminated or stop:
+                            text = "not run: an earlier call in this turn ended the episode"
+                        else:
+                            try:
+                                call = native_call(raw)
+                            except ParseError as e:
+                                parse_errors += 1
+                                turn.malformed, turn.parse_error = True, str(e)
+                                text = f"Error: {e}"
+                            else:
+                                turn.tool_calls.append(call)
+                                text, terminated, stop = await run_call(call, turn)
+                        messages.append(
+                            {
+                                "role": "tool",
+                                "tool_call_id": raw.get("id", ""),
+                                "content": clip_text(text, limits.max_obs_tokens),
+                            }
+                        )
+                else:  # tool calls written as text
+                    messages.append({"role": "assistant", "content": reply.text})
+                    observations = []
+                    try:
+                        calls = parser.parse(reply.text)
+                    except ParseError as e:
+                        parse_errors += 1
+                        turn.malformed, turn.parse_error = True, str(e)
+                        turn.anchor = ("parse_error",)
+                        observations.append(f"Error: {e}")
+                    else:
+                        turn.tool_calls = calls
+                        for call in calls:
+                            text, terminated, stop = await run_call(call, turn)
+                            observations.append(text)
+                            if terminated or stop:
+                                break
+                    if not terminated:
+                        messages.append(
+                            {
+                                "role": "user",
+                                "content": "\n".join(
+                                    "<tool_response>\n"
+                                    f"{clip_text(o, limits.max_obs_tokens)}\n</tool_response>"
+                                    for o in observations
+                                ),
+                            }
+                        )
+                if terminated:
+                    termination = TerminationReason.DONE
+                    break
+                if parse_errors >= limits.max_parse_errors:
+                    termination = TerminationReason.PARSE_ERRORS
+                    break
+            result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
+        except asyncio.TimeoutError:
+            termination, error = TerminationReason.TIMEOUT, "episode wall-clock limit reached"
+        except OpenAITimeout as e:
+            termination, error = TerminationReason.TIMEOUT, f"endpoint: {e}"
+        except OpenAIError as e:
+            termination, error = TerminationReason.ENV_ERROR, f"endpoint: {e}"
+        except Exception as e:  # a crashing env ends its episode, never the evaluation
+            termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
+    finally:
+        try:
+            await asyncio.wait_for(env.close(), 30)
+        except Exception as e:
+            error = error or f"close failed: {type(e).__name__}: {e}"
+
+    metrics: dict[str, float] = {
+        "turns": float(len(turns)),
+        "parse_errors": float(parse_errors),
+        "time/episode_s": time.monotonic() - start,
+        "time/env_s": env_time,
+    }
+    if result is not None:
+        metrics["success"] = float(result.success)
+        if result.proxy_success is not None:
+            metrics["proxy_success"] = float(result.proxy_success)
+        metrics["hacked"] = float(bool(result.flags))
+        for name, value in result.components.items():
+            metrics[f"reward/{name}"] = float(value)
+    return Trajectory(
+        task_id=request.task.id,
+        group_id=request.group_id,
+        prompt_len=0,
+        token_ids=[],
+        loss_mask=[],
+        behavior_logprobs=[],
+        policy_versions=[],
+        turns=turns,
+        reward=result.reward if result is not None else 0.0,
+        termination=termination,
+        error=error,
+        metrics=metrics,
+        flags=list(result.flags) if result is not None else [],
+        messages=messages,
+    )
+
+
+async def collect_endpoint(
+    requests: list[EpisodeRequest],
+    make_env: Callable[[], ToolEnv],
+    chat: OpenAIChat,
+    limits: RolloutLimits,
+    max_concurrency: int = 8,
+) -> list[Trajectory]:
+    """All episodes, at most ``max_concurrency`` requests in flight, in request order."""
+    gate = asyncio.Semaphore(max_concurrency)
+
+    async def one(req: EpisodeRequest) -> Trajectory:
+        async with gate:
+            return await run_endpoint_episode(make_env(), req, chat, limits)
+
+    return list(await asyncio.gather(*(one(r) for r in requests)))
+
+
+def run_endpoint_eval(
+    cfg: Any, chat: OpenAIChat, k: int = 1, n_tasks: int = 40, baselines: bool = True
+) -> dict[str, Any]:
+    """``turnrl eval --endpoint``: the endpoint model on ``n_tasks`` held-out tasks of
+    ``cfg.env``, k episodes each, with the same metrics as a local policy's evaluation.
+    Raises OpenAIError when every episode failed on the endpoint (nothing was measured)."""
+    from turnrl.envs.registry import make_family
+    from turnrl.train.evaluate import evaluate_scripted, summarize
+    from turnrl.train.loop import limits_of
+
+    family = make_family(cfg.env.name, cfg.env.options)
+    try:
+        tasks = family.tasks("test", n_tasks, seed=cfg.seed)
+        requests = [
+            EpisodeRequest(task, f"eval-{task.id}", cfg.seed * 100_000 + i * k + j)
+            for i, task in enumerate(tasks)
+            for j in range(k)
+        ]
+        trajs = asyncio.run(
+            collect_endpoint(
+                requests, family.make_env, chat, limits_of(cfg), cfg.rollout.max_concurrency
+            )
+        )
+        failed = [t.error for t in trajs if t.error and t.error.startswith("endpoint:")]
+        if trajs and len(failed) == len(trajs):
+            raise (OpenAITimeout if "timed out" in failed[0] else OpenAIError)(
+                f"every episode failed; first: {failed[0].removeprefix('endpoint: ')}"
+            )
+        result = summarize(trajs, k)
+        out: dict[str, Any] = {
+            "env": cfg.env.name,
+            "endpoint": f"{chat.model} @ {chat.base_url}",
+            "tasks": len(tasks),
+            **result.__dict__,
+            "endpoint_errors": len(failed),
+        }
+        out[f"pass^{k}"] = out.pop("pass_hat_k")
+        out[f"pass@{k}"] = out.pop("pass_at_k")
+        if baselines:
+            out["baseline/do_nothing"] = asyncio.run(evaluate_scripted(family, tasks, "baseline"))
+            if hasattr(family, "random_agent"):
+                out["baseline/random"] = asyncio.run(
+                    evaluate_scripted(family, tasks, "random", seed=cfg.seed)
+                )
+        return out
+    finally:
+        family.close()
