@@ -25,11 +25,23 @@ before the method runs, so a wrong type becomes an observation the model can rea
 
 A tool method returns ``str`` (the observation) or a :class:`ToolOutput` to also emit a
 per-turn reward, end the episode, or attach a screenshot.
+
+A tool may be ``async def`` (it runs on the event loop, so it must never block) or a plain
+``def``: a plain method runs on its own daemon thread, so a blocking call (``time.sleep``,
+``subprocess.run``, a slow database) overlaps with other episodes and never freezes the run.
+One env's calls are sequential, but each may run on a different thread (an sqlite connection
+needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the agent loop's episode
+timeout caps them all. A call past either ends its episode with TIMEOUT. A thread cannot be
+killed: one still running after its timeout is counted as stuck (``blocking_tool_stats``) and
+its slot is given to new calls; when ``MAX_STUCK_THREADS`` are stuck at once, further blocking
+calls fail (ENV_ERROR) rather than pile up threads without bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -99,6 +111,7 @@ class ToolEnv:
 
     name: ClassVar[str] = "env"
     tools: ClassVar[tuple[str, ...]] = ()
+    tool_timeout_s: ClassVar[float | None] = None  # per call; None: only the episode timeout
     instructions: str = ""
 
     async def reset(self, task: Task) -> str:
@@ -132,9 +145,17 @@ class ToolEnv:
             text = f"Error: {e}"
             return StepResult(text, info={"error": "bad_arguments", "anchor": self.anchor(text)})
         try:
-            out = method(**validated)
-            if inspect.isawaitable(out):
-                out = await out
+            if inspect.iscoroutinefunction(method):
+                call_out = method(**validated)
+            else:
+                call_out = run_blocking(method, validated)
+            out = await asyncio.wait_for(call_out, self.tool_timeout_s)
+            if inspect.isawaitable(out):  # a plain method that returned an awaitable
+                out = await asyncio.wait_for(out, self.tool_timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"tool '{call.name}' ran past tool_timeout_s={self.tool_timeout_s}"
+            ) from None
         except ToolError as e:
             text = f"Error: {e}"
             return StepResult(text, info={"error": "tool_error", "anchor": self.anchor(text)})
@@ -144,6 +165,74 @@ class ToolEnv:
         if out.image is not None:
             info["image"] = out.image
         return StepResult(out.content, reward=out.reward, terminated=out.done, info=info)
+
+
+MAX_STUCK_THREADS = 64
+_threads_lock = threading.Lock()
+_threads = {"running": 0, "stuck": 0, "started": 0}
+
+
+def blocking_tool_stats() -> dict[str, float]:
+    """Threads running plain tool methods now, and how many of them are stuck (their episode
+    gave up on them by timeout or cancellation, but the call has not returned yet)."""
+    with _threads_lock:
+        return {
+            "env/tool_threads": float(_threads["running"]),
+            "env/stuck_threads": float(_threads["stuck"]),
+        }
+
+
+async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
+    """``fn(**kwargs)`` on a daemon thread, awaited without blocking the event loop.
+
+    Why not ``asyncio.to_thread``: its executor's threads are joined at interpreter exit, so
+    one hung tool would hang the process at exit, and its fixed pool would be exhausted by
+    calls that never return. A daemon thread per call (~0.1 ms) has neither problem; the only
+    bound needed is on stuck threads, since live ones are bounded by the episodes running.
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+    state = {"done": False, "abandoned": False}
+    with _threads_lock:
+        if _threads["stuck"] >= MAX_STUCK_THREADS:
+            raise RuntimeError(
+                f"{_threads['stuck']} blocking tool calls are stuck past their timeouts "
+                f"(limit {MAX_STUCK_THREADS}); threads cannot be killed, so no more are "
+                "started: bound the blocking call inside the tool or make the tool async"
+            )
+        _threads["running"] += 1
+        _threads["started"] += 1
+
+    def deliver(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            ok, value = True, fn(**kwargs)
+        except BaseException as e:  # delivered to the awaiting episode
+            ok, value = False, e
+        with _threads_lock:
+            state["done"] = True
+            _threads["running"] -= 1
+            if state["abandoned"]:
+                _threads["stuck"] -= 1
+                return  # nobody waits any more (the loop may even be closed)
+        try:
+            loop.call_soon_threadsafe(deliver, ok, value)
+        except RuntimeError:  # the event loop closed meanwhile
+            pass
+
+    name = f"tool-{getattr(fn, '__name__', 'call')}"
+    threading.Thread(target=work, name=name, daemon=True).start()
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        with _threads_lock:
+            if not state["done"]:
+                state["abandoned"] = True
+                _threads["stuck"] += 1
+        raise
 
 
 _ADAPTERS: dict[Any, type[pydantic.BaseModel]] = {}

@@ -185,8 +185,9 @@ async def run_episode(
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
             result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
-        except asyncio.TimeoutError:
-            termination, error = TerminationReason.TIMEOUT, "episode wall-clock limit reached"
+        except asyncio.TimeoutError as e:  # the episode's clock, or one tool call's
+            termination = TerminationReason.TIMEOUT
+            error = str(e) or "episode wall-clock limit reached"
         except Exception as e:  # a crashing env ends its episode, never the run
             termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
     finally:

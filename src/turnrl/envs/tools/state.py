@@ -36,7 +36,7 @@ IGNORE: tuple[str, ...] = ("id",)
 def open_db(schema: str, rows: Rows) -> sqlite3.Connection:
     """A fresh in-memory database with ``schema`` and the given rows: one per episode, so
     concurrent episodes never share state."""
-    conn = sqlite3.connect(":memory:")
+    conn = sqlite3.connect(":memory:", check_same_thread=False)  # tools run on threads
     conn.executescript(schema)
     for table, table_rows in rows.items():
         for row in table_rows:
