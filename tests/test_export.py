@@ -75,6 +75,7 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     assert (logits_of(saved, ids) - logits_of(warm, ids)).abs().max() > 1e-4  # it trained
     record = json.loads((run_dir / "model" / "turnrl.json").read_text())
     assert record["source"] == "tiny" and record["step"] == 2 and not record["lora_merged"]
+    assert record["dtype"] == "float32"  # auto on the CPU: unchanged fp32
 
     # eval uses the saved policy even with the checkpoints gone
     from turnrl.train.eval_cli import load_policy
