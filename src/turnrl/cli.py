@@ -102,6 +102,9 @@ def evaluate(
             timeout=timeout,
         )
         return
+    if model is not None or temperature is not None or max_tokens is not None:
+        console.print("[red]--model/--temperature/--max-tokens[/red] go with --endpoint URL")
+        raise typer.Exit(2)
     if target is None:
         console.print(
             "[red]eval[/red]: give a run directory or model, or --endpoint URL --model NAME"

@@ -88,6 +88,12 @@ def load_model(
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=resolve_dtype(dtype, dev), trust_remote_code=trust_remote_code, **kwargs
     )
+    if "gguf_file" in kwargs:
+        # GGUF weights are dequantized into plain tensors on load; without the quantizer's
+        # record the model saves (save_pretrained) as an ordinary checkpoint
+        model.hf_quantizer, model.is_quantized = None, False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     return model.to(dev)
 
 

@@ -22,7 +22,8 @@ def load_policy(cfg: TrainConfig, run_dir: Path | None):
     m = cfg.model
     saved = saved_policy(run_dir) if run_dir is not None else None
     if saved is not None:
-        return load_model(saved, m.dtype, m.device, m.trust_remote_code), load_tokenizer(saved)
+        tok = load_tokenizer(saved, m.trust_remote_code)
+        return load_model(saved, m.dtype, m.device, m.trust_remote_code), tok
     if run_dir is not None and (run_dir / "model" / "config.json").exists():
         from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 

@@ -7,9 +7,9 @@ written merged (W + scale * B @ A per adapted layer), and its adapters alone go 
 ``run_dir/adapter`` (loadable with ``peft.PeftModel.from_pretrained``).
 
 The training loop calls it when a run starts and at every checkpoint, so ``run_dir/model``
-always holds the latest policy; ``turnrl eval RUN`` loads it, and ``--resume`` takes the
-weights (full fine-tuning) or the base model and tokenizer (LoRA: the base is re-read from
-its source, the adapters from the checkpoint) from it.
+always holds the latest policy, and ``turnrl eval RUN`` loads it. ``--resume`` reads the
+tokenizer from it; the weights it rebuilds as the starting policy plus the checkpoint, because
+the KL reference must stay the starting policy (``turnrl.json`` names its source).
 """
 
 from __future__ import annotations
@@ -116,14 +116,10 @@ def saved_policy(run_dir: Path) -> Path | None:
     return path if (path / SOURCE_FILE).exists() else None
 
 
-def resume_sources(run_dir: Path, name: str, lora: bool) -> tuple[str, str]:
-    """(weights, tokenizer) paths a run starts or resumes from: its own saved policy where
-    there is one (LoRA: base weights from the original source, which the checkpoint's
-    adapters go on top of), else the configured model."""
+def tokenizer_source(run_dir: Path, name: str) -> str:
+    """Where a run reads its tokenizer (and chat template): its own copy once it has one."""
     saved = saved_policy(run_dir)
-    if saved is None:
-        return name, name
-    return (name if lora else str(saved)), str(saved)
+    return name if saved is None else str(saved)
 
 
 def export_run(run_dir: Path, out: Path, cfg: Any) -> Path:

@@ -22,7 +22,7 @@ from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
-from turnrl.train.export import resume_sources, saved_policy
+from turnrl.train.export import tokenizer_source
 from turnrl.train.induction import induction_warmup
 from turnrl.train.sft import play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
@@ -39,8 +39,9 @@ def build_model(
     run_dir: Path,
     log: Callable[[str], None] = print,
 ) -> tuple[torch.nn.Module, Any]:
-    """The policy model and its tokenizer, saved to ``run_dir/model`` for eval and resume."""
-    saved = run_dir / "model"
+    """The starting policy and its tokenizer. On resume too it is the starting policy (the
+    KL reference is copied from it); the checkpoint then restores what training changed."""
+    saved = run_dir / "warm_start"
     if cfg.model.name == "tiny":
         if (saved / "config.json").exists():  # resume: architecture + tokenizer of this run
             from transformers import LlamaForCausalLM
@@ -51,9 +52,8 @@ def build_model(
         tok.save_pretrained(saved)
         return model, tok
     m = cfg.model
-    weights, tok_path = resume_sources(run_dir, m.name, m.lora)  # the run's own copy on resume
-    tok = load_tokenizer(tok_path, m.trust_remote_code)
-    model = load_model(weights, m.dtype, m.device, m.trust_remote_code)
+    tok = load_tokenizer(tokenizer_source(run_dir, m.name), m.trust_remote_code)
+    model = load_model(m.name, m.dtype, m.device, m.trust_remote_code)
     if cfg.model.lora:
         from peft import LoraConfig, get_peft_model
 
@@ -67,7 +67,7 @@ def build_model(
                 task_type="CAUSAL_LM",
             ),
         )
-    if cfg.sft.enabled and cfg.sft.episodes > 0 and saved_policy(run_dir) is None:
+    if cfg.sft.enabled and cfg.sft.episodes > 0:
         _warm_start(cfg, family, train_tasks, model, tok, log)
     return model, tok
 
