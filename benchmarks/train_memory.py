@@ -135,7 +135,16 @@ def child(variant: str, rows: int, tokens: int) -> None:
 
 def measure(variant: str, rows: int, tokens: int) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", variant, "--rows", str(rows), "--tokens", str(tokens)],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            variant,
+            "--rows",
+            str(rows),
+            "--tokens",
+            str(tokens),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -168,7 +177,9 @@ def main() -> None:
         (f"new (chunked), {R} rows", new_r["peak_gb"], new_r["s"], "measured"),
     ]
     for name, gb, s, how in rows:
-        print(f"  {name:28s} {gb:6.2f} GB peak RSS  ({gb - idle:6.2f} GB above idle)  {s:6.1f} s  {how}")
+        print(
+            f"  {name:28s} {gb:6.2f} GB peak RSS  ({gb - idle:6.2f} GB above idle)  {s:6.1f} s  {how}"
+        )
     print(f"  ratio old/new at 2 rows: {old2['peak_gb'] / new2['peak_gb']:.1f}x")
     print(f"  ratio old/new at {R} rows: {old_r / new_r['peak_gb']:.1f}x (old extrapolated)")
     print(f"  new at {R} x {T} within the 8 GB target: {new_r['peak_gb'] <= 8.0}")
