@@ -22,6 +22,7 @@ from turnrl.train.step import (
     minibatch_totals,
     token_logprobs,
     train_on_batch,
+    zero_reward_streak,
 )
 from turnrl.types import TerminationReason, Trajectory, Turn
 
@@ -424,3 +425,32 @@ def test_critic_learns_the_value_of_a_toy_env():
     test = collate([episode(True, 0), episode(False, 1)], 0)
     v = values(test)
     torch.testing.assert_close(v, torch.tensor([[1.0, 1.0], [0.0, 0.0]]), atol=0.15, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Honest logs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_entropy_metric_is_the_mean_token_entropy_once():
+    """A model with a zero output layer is uniform: every token's entropy is exactly ln V."""
+    cfg = load_config(None, ["env.name=guess", "optim.micro_batch_size=2"])
+    model = tiny_lm(torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    m = train_on_batch(cfg, model, None, opt, uneven_batch(), 0, log=lambda s: None)
+    assert m["train/rows"] > 0
+    assert m["entropy"] == pytest.approx(math.log(V), rel=1e-6)
+
+
+def test_zero_reward_streak_warns_every_third_step():
+    rng = random.Random(0)
+    zero = [trajectory(rng, "a", 2, [(2, 0)], 0.0) for _ in range(2)]
+    some = [trajectory(rng, "a", 2, [(2, 0)], 1.0), *zero]
+    logs: list[str] = []
+    streak = 0
+    for trajs in [zero, zero, some, zero, zero, zero, zero, zero, zero]:
+        streak = zero_reward_streak(streak, trajs, logs.append)
+    assert streak == 6 and len(logs) == 2
+    assert logs[0].startswith("warning: 3 steps in a row with every reward 0")

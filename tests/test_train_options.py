@@ -129,3 +129,11 @@ def test_gae_turn_critic_is_checkpointed_and_resumed(tmp_path, cache, monkeypatc
     assert any("resumed" in line for line in logs)
     again = torch.load(ckpt, weights_only=False)
     assert again["step"] == 2 and not torch.equal(again["critic"]["value_head.weight"], head)
+
+
+def test_critic_options_without_a_critic_are_refused():
+    from turnrl.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="value_clip: needs a critic, set advantage=gae_turn"):
+        load_config(None, ["algo.value_clip=0.2"])
+    assert load_config(None, ["algo.value_clip=0.2", "algo.advantage=gae_turn"]).algo.value_clip

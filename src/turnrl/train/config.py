@@ -118,6 +118,15 @@ class AlgoConfig(Strict):
     def _bootstrap_needs_critic(self) -> AlgoConfig:
         if self.truncation == "bootstrap" and self.advantage != "gae_turn":
             raise ValueError("truncation=bootstrap needs a critic: set advantage=gae_turn")
+        # checked by value, not by "was it set": a saved config.yaml sets every key
+        fields = type(self).model_fields
+        critic_keys = {
+            k for k in ("value_coef", "value_clip") if getattr(self, k) != fields[k].default
+        }
+        if critic_keys and self.advantage != "gae_turn":
+            raise ValueError(
+                f"{', '.join(sorted(critic_keys))}: needs a critic, set advantage=gae_turn"
+            )
         return self
 
 

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 
-# Positions per output-layer chunk: at a 152k vocabulary one chunk's float32 logits are 0.6 GB.
-LOGIT_CHUNK = 1024
+# Positions per output-layer chunk: at a 152k vocabulary one chunk's float32 logits are 0.3 GB.
+LOGIT_CHUNK = 512
 
 
 # ---------------------------------------------------------------------------------------------
