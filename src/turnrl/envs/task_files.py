@@ -5,7 +5,8 @@ are the :class:`~turnrl.types.Task` fields; every one is optional:
 
 - ``payload``: the env-specific problem (an object). Without it, the row's other keys are the
   payload, so ``{"question": "2 + 3", "answer": 5}`` is a whole task.
-- ``id``: a string (or integer); default ``<file stem>-<line>``.
+- ``id``: a string (or integer); default ``<file stem>-<line>`` (``<name>-<split>-<row>`` for
+  a dataset).
 - ``split``: ``train`` or ``test``; default a stable hash of the id (or of the payload when
   the row has no id), about 20 % ``test`` (:func:`turnrl.envs.base.hash_split`), so adding or
   reordering rows never moves a task between splits.
@@ -54,20 +55,25 @@ def read_tasks(source: str, env: str) -> list[Task]:
         if not path.is_file():
             raise TaskFileError(f"{source}: no such file")
         lines = path.read_text(encoding="utf-8").splitlines()
-        rows = [(f"{path.name}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
-        return _tasks(rows, path.stem, env, source)
-    return _tasks(_dataset_rows(source), Path(source).name or "row", env, source)
+        rows = [
+            (f"{path.name}:{i}", f"{path.stem}-{i}", line)
+            for i, line in enumerate(lines, 1)
+            if line.strip()
+        ]
+        return _tasks(rows, env, source)
+    return _tasks(_dataset_rows(source), env, source)
 
 
 def _is_json_lines(path: Path) -> bool:
     return path.suffix in (".jsonl", ".json") or path.is_file()
 
 
-def _tasks(rows: list[tuple[str, Any]], stem: str, env: str, source: str) -> list[Task]:
+def _tasks(rows: list[tuple[str, str, Any]], env: str, source: str) -> list[Task]:
+    """``rows``: (where, default id, raw row) each."""
     tasks, problems, seen = [], [], {}
-    for where, raw in rows:
+    for where, default_id, raw in rows:
         try:
-            task = _row_task(raw, env, default_id=f"{stem}-{where.rpartition(':')[2]}")
+            task = _row_task(raw, env, default_id)
         except ValueError as e:
             problems.append(f"{where}: {e}")
             continue
@@ -118,7 +124,7 @@ def _row_task(raw: Any, env: str, default_id: str) -> Task:
     return Task(task_id, task_env, payload, split)
 
 
-def _dataset_rows(source: str) -> list[tuple[str, Any]]:
+def _dataset_rows(source: str) -> list[tuple[str, str, Any]]:
     """Rows of a ``datasets`` dataset: a directory saved by ``save_to_disk`` or anything
     ``load_dataset`` takes. Its ``train``/``test`` splits become the tasks' splits unless a
     row names its own."""
@@ -139,7 +145,7 @@ def _dataset_rows(source: str) -> list[tuple[str, Any]]:
     except Exception as e:
         raise TaskFileError(f"{source}: cannot load dataset ({type(e).__name__}: {e})") from None
     parts = data.items() if isinstance(data, dict) else [(None, data)]
-    rows = []
+    rows, stem = [], Path(source).name or "row"
     for split, part in parts:
         if split is not None and split not in SPLITS:
             continue  # a validation split: neither what training samples nor the held-out set
@@ -147,7 +153,7 @@ def _dataset_rows(source: str) -> list[tuple[str, Any]]:
             row = dict(row)
             if split is not None:
                 row.setdefault("split", split)
-            rows.append((f"{source}[{split or 'rows'}]:{i}", row))
+            rows.append((f"{source}[{split or 'rows'}]:{i}", f"{stem}-{split or 'row'}-{i}", row))
     return rows
 
 
