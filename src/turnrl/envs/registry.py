@@ -14,7 +14,9 @@ or a ready object. Imports are lazy so that using one env does not import the ot
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -133,6 +135,26 @@ def supplies_tasks(name: str) -> bool:
 def has_expert(name: str) -> bool:
     """Whether env ``name`` (resolved) has a scripted expert (SFT needs one)."""
     return name in SHIPPED or hasattr(env_target(name), "expert")
+
+
+def env_fingerprint(name: str, tasks: str | None = None) -> str:
+    """A digest of what an env's data comes from beyond its config: the source file of a user
+    env and the bytes of a tasks file (shipped envs change with turnrl's version); "" when
+    neither. Caches built from an env's episodes (the tiny warm start) key on it, so an edit
+    invalidates them."""
+    digest, read = hashlib.sha1(), False
+    if name not in SHIPPED:
+        target = env_target(name)
+        cls = target if isinstance(target, type) else type(target)
+        try:
+            digest.update(Path(inspect.getfile(cls)).read_bytes())
+            read = True
+        except (TypeError, OSError):  # defined where no file is (a REPL): nothing to read
+            pass
+    if tasks is not None and Path(tasks).is_file():
+        digest.update(Path(tasks).read_bytes())
+        read = True
+    return digest.hexdigest()[:12] if read else ""
 
 
 def make_family(

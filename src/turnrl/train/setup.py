@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from turnrl.chat import ChatRenderer, HermesToolCallParser
-from turnrl.envs.registry import Family
+from turnrl.envs.registry import Family, env_fingerprint
 from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
 from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
@@ -73,11 +73,16 @@ def build_model(
 def _tiny_with_warm_start(
     cfg: TrainConfig, family: Family, train_tasks: list[Task], log
 ) -> tuple[torch.nn.Module, Any]:
+    source = env_fingerprint(cfg.env.name, cfg.env.tasks)  # "" for a shipped env's own tasks
     key = hashlib.sha1(
         json.dumps(
             {
+                **({"env_source": source} if source else {}),
                 "model": cfg.model.model_dump(),
-                "env": cfg.env.model_dump(exclude={"eval_tasks"}),  # eval never reaches SFT
+                # eval never reaches SFT; no tasks file: the keys runs before it had
+                "env": cfg.env.model_dump(
+                    exclude={"eval_tasks"} | ({"tasks"} if cfg.env.tasks is None else set())
+                ),
                 "sft": cfg.sft.model_dump(),
                 "seed": cfg.seed,
                 "rollout": [
