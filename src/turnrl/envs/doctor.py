@@ -18,6 +18,7 @@ Runs scripted agents through a few tasks, with no model, and checks what trainin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -74,7 +75,11 @@ async def play(
 ) -> Episode:
     """Run one episode, recording every breach and exception instead of raising."""
     ep = Episode(task, agent_name)
-    env = make_env()
+    try:
+        env = make_env()
+    except Exception as e:
+        ep.error = f"make_env raised {_exc(e)}"
+        return ep
     phase = "reset"
     try:
         observation = await _timed(ep, "reset", env.reset(task))
@@ -206,8 +211,9 @@ async def check_env(
     if not tasks:
         return checks
 
-    probe = family.make_env()
+    probe = None
     try:
+        probe = family.make_env()
         await probe.reset(tasks[0])
         schemas = probe.tool_schemas()
         problems = [p for s in schemas for p in schema_problems(s)]
@@ -219,9 +225,11 @@ async def check_env(
         )
     except Exception as e:
         schemas = []
-        checks.append(Check("tool schemas", False, f"reset or tool_schemas raised {_exc(e)}"))
+        checks.append(Check("tool schemas", False, f"an env to read them from: {_exc(e)}"))
     finally:
-        await probe.close()
+        if probe is not None:
+            with contextlib.suppress(Exception):  # the episodes below report a raising close
+                await probe.close()
 
     episodes: list[Episode] = []
     expert_eps: list[Episode] = []
@@ -232,7 +240,7 @@ async def check_env(
                 task,
                 "expert",
                 lambda env, t=task, i=i: family.expert(t, seed=seed + i),
-                30,
+                max(30, max_turns),
             )
             expert_eps.append(ep)
         episodes += expert_eps
