@@ -13,10 +13,7 @@ from rich.console import Console
 from turnrl.train.config import ConfigError, load_config, recipe_names
 
 app = typer.Typer(
-    name="turnrl",
-    add_completion=False,
-    no_args_is_help=True,
-    help="RL for multi-step, tool-using LLM agents.",
+    add_completion=False, no_args_is_help=True, help="RL for multi-step, tool-using LLM agents."
 )
 console = Console()
 
@@ -71,7 +68,9 @@ def evaluate(
     k: Annotated[int, typer.Option(help="episodes per task (pass@k, pass^k)")] = 1,
     tasks: Annotated[
         int | None,
-        typer.Option(help="held-out tasks to use (default: env.eval_tasks, as the run's own eval)"),
+        typer.Option(
+            min=1, help="held-out tasks to use (default: env.eval_tasks, as the run's own eval)"
+        ),
     ] = None,
     baselines: Annotated[bool, typer.Option(help="also score do-nothing and random agents")] = True,
     out: Annotated[Path | None, typer.Option(help="write the results as JSON")] = None,
@@ -199,7 +198,7 @@ def doctor(
         list[str] | None,
         typer.Argument(help="env.* and rollout.max_turns overrides, e.g. env.tasks=tasks.jsonl"),
     ] = None,
-    tasks: Annotated[int, typer.Option(help="tasks to play scripted agents on")] = 4,
+    tasks: Annotated[int, typer.Option(min=1, help="tasks to play scripted agents on")] = 4,
 ) -> None:
     """Check an env before training: tool schemas, the reset/step/grade contract, the expert,
     do-nothing and random agents near 0, deterministic replay, grade never raising, timings."""
