@@ -45,7 +45,13 @@ def _cli(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TURNRL_CACHE": str(cache)}
     env.pop("COLUMNS", None)
     return subprocess.run(
-        [sys.executable, "-c", "from turnrl.cli import main; main()", *args],
+        # as the `turnrl` script runs: the working directory is not on sys.path by itself
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.remove(''); from turnrl.cli import main; main()",
+            *args,
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,

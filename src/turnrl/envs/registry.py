@@ -212,7 +212,7 @@ class EnvClassFamily:
                 f"env.tasks: {self.cls.__name__} supplies no tasks; set env.tasks=FILE.jsonl "
                 "or give it a classmethod tasks(split, n, seed)"
             )
-        rows = self.cls.tasks(split, n, seed)  # type: ignore[attr-defined]
+        rows = list(self.cls.tasks(split, n, seed))[:n]  # type: ignore[attr-defined]
         return [
             row
             if isinstance(row, Task)
