@@ -64,6 +64,7 @@ def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_example_env_trains_evals_and_resumes_by_import_path(tmp_path, monkeypatch):
     runs, cache = tmp_path / "runs", tmp_path / "cache"
     train = ["train", "--quiet", f"env.name={EXAMPLE}", "env.tasks=examples/calculator_tasks.jsonl"]
