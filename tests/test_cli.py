@@ -28,7 +28,7 @@ def test_bad_config_exits_2_before_work(tmp_path):
 
 
 def test_help_everywhere():
-    for cmd in ([], ["train"], ["eval"], ["report"], ["envs"], ["audit"]):
+    for cmd in ([], ["train"], ["eval"], ["report"], ["envs"], ["audit"], ["doctor"]):
         out = runner.invoke(app, [*cmd, "--help"])
         assert out.exit_code == 0 and "Usage" in out.output
 
@@ -40,6 +40,15 @@ def test_train_eval_report(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     run_dir = tmp_path / "bandit"
     result = tmp_path / "eval.json"
+    # by default the run's own held-out tasks and sampling seed: the same episodes, the same score
+    out = runner.invoke(app, ["eval", str(run_dir), "--no-baselines", "--out", str(result)])
+    assert out.exit_code == 0, out.output
+    in_run = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = [m for m in in_run if "eval/success" in m][-1]
+    res = json.loads(result.read_text())
+    assert res["tasks"] == 48 and res["episodes"] == final["eval/episodes"] == 48
+    # equal here; batching may shift one episode by float noise
+    assert res["success"] == pytest.approx(final["eval/success"], abs=1 / 48)
     greedy = ["eval", str(run_dir), "rollout.eval_temperature=0", "--k", "2", "--tasks", "6"]
     out = runner.invoke(app, greedy)
     assert out.exit_code == 2 and "rollout.eval_temperature" in out.output  # k equal tries

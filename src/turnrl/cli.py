@@ -67,7 +67,12 @@ def evaluate(
     ] = None,
     overrides: Overrides = None,
     k: Annotated[int, typer.Option(help="episodes per task (pass@k, pass^k)")] = 1,
-    tasks: Annotated[int, typer.Option(help="held-out tasks to use")] = 40,
+    tasks: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="held-out tasks to use (default: env.eval_tasks, as the run's own eval)"
+        ),
+    ] = None,
     baselines: Annotated[bool, typer.Option(help="also score do-nothing and random agents")] = True,
     out: Annotated[Path | None, typer.Option(help="write the results as JSON")] = None,
     endpoint: Annotated[
@@ -247,15 +252,44 @@ def audit(
 
 @app.command()
 def envs() -> None:
-    """List the environments and the recipes shipped with turnrl."""
-    from turnrl.envs.registry import FAMILIES
+    """List the environments (shipped and installed) and the recipes shipped with turnrl."""
+    from turnrl.envs.registry import ENTRY_POINT_GROUP, SHIPPED, installed_envs
 
-    console.print("[bold]environments[/bold]")
-    for name, text in FAMILIES.items():
+    console.print("[bold]environments[/bold] (env.name=NAME)")
+    for name, (_, text) in SHIPPED.items():
         console.print(f"  {name:<10} {text}")
+    installed = installed_envs()
+    console.print(f"[bold]installed[/bold] (entry points in the group {ENTRY_POINT_GROUP!r})")
+    for name, target in installed.items():
+        console.print(f"  {name:<10} {target}")
+    if not installed:
+        console.print("  none")
+    console.print("  your own: env.name=pkg.module:Class (see docs/envs.md)")
     console.print("[bold]recipes[/bold] (turnrl train recipe=NAME)")
     for name in recipe_names():
         console.print(f"  {name}")
+
+
+@app.command()
+def doctor(
+    env: Annotated[str, typer.Argument(help="an env name, entry point or pkg.module:Class")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="env.* and rollout.max_turns overrides, e.g. env.tasks=tasks.jsonl"),
+    ] = None,
+    tasks: Annotated[int, typer.Option(min=1, help="tasks to play scripted agents on")] = 4,
+) -> None:
+    """Check an env before training: tool schemas, the reset/step/grade contract, the expert,
+    do-nothing and random agents near 0, deterministic replay, grade never raising, timings."""
+    from turnrl.envs.doctor import print_checks, run_doctor
+
+    cfg = _config(None, [f"env.name={env}", "sft.enabled=false", *(overrides or [])])
+    checks = run_doctor(
+        cfg.env.name, cfg.env.options, cfg.env.tasks, tasks, cfg.rollout.max_turns, cfg.seed
+    )
+    print_checks(checks, console, title=f"turnrl doctor {cfg.env.name}")
+    if any(c.ok is False for c in checks):
+        raise typer.Exit(1)
 
 
 def main() -> None:

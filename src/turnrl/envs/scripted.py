@@ -6,15 +6,18 @@ Scripted agents produce demonstrations for the SFT warm start and sanity baselin
 
 from __future__ import annotations
 
+import random
+import re
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from turnrl.envs.base import ToolEnv
 from turnrl.types import RewardResult, Task, ToolCall
 
 
 class ScriptedAgent(Protocol):
-    def act(self, observation: str) -> ToolCall: ...
+    def act(self, observation: str) -> ToolCall | None:
+        """The next call, or None to stop (the episode is then graded as it stands)."""
 
 
 @dataclass
@@ -40,6 +43,8 @@ async def run_scripted(
         observation = first
         for _ in range(max_turns):
             call = agent.act(observation)
+            if call is None:
+                break
             step = await env.step(call)
             episode.calls.append(call)
             episode.observations.append(step.observation)
@@ -62,3 +67,55 @@ class DoNothingAgent:
 
     def act(self, observation: str) -> ToolCall:
         return self.call
+
+
+class IdleAgent:
+    """Does nothing at all: the episode is graded right after reset. The do-nothing floor for
+    an env without a finishing tool to call."""
+
+    def act(self, observation: str) -> None:
+        return None
+
+
+_WORD = re.compile(r"[A-Za-z0-9_./-]+")
+
+
+class RandomToolAgent:
+    """Calls a random tool with arguments drawn from its JSON schema (numbers small, strings
+    words of the last observation): the chance floor of any env, from its schemas alone."""
+
+    def __init__(self, tools: list[dict[str, Any]], seed: int = 0) -> None:
+        self.tools = [t["function"] for t in tools]
+        self.rng = random.Random(seed)
+
+    def act(self, observation: str) -> ToolCall | None:
+        if not self.tools:
+            return None
+        tool = self.rng.choice(self.tools)
+        params = tool.get("parameters", {})
+        required = set(params.get("required", []))
+        words = _WORD.findall(observation) or ["x"]
+        args = {
+            name: self._value(spec, words)
+            for name, spec in params.get("properties", {}).items()
+            if name in required or self.rng.random() < 0.5
+        }
+        return ToolCall(tool["name"], args)
+
+    def _value(self, spec: dict[str, Any], words: list[str]) -> Any:
+        if "enum" in spec:
+            return self.rng.choice(spec["enum"])
+        kind = spec.get("type")
+        if kind is None and spec.get("anyOf"):  # Optional[...]: the non-null member
+            kind = next((s.get("type") for s in spec["anyOf"] if s.get("type") != "null"), None)
+        if kind == "integer":
+            return self.rng.randint(-2, 20)
+        if kind == "number":
+            return round(self.rng.uniform(-2, 20), 2)
+        if kind == "boolean":
+            return self.rng.random() < 0.5
+        if kind == "array":
+            return [self.rng.choice(words)]
+        if kind == "object":
+            return {}
+        return self.rng.choice(words)

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DEFAULT_RECIPE = "code-tiny"
@@ -49,10 +56,40 @@ class ModelConfig(Strict):
 
 
 class EnvConfig(Strict):
-    name: Literal["code", "code-weak", "tools", "user", "web", "computer", "guess"] = "code"
+    # a shipped env (`turnrl envs`), an installed package's `turnrl.envs` entry point, or an
+    # import path pkg.module:Class; the run records the import path an entry point resolves to
+    name: str = "code"
     options: dict[str, Any] = {}  # passed to the env family; its own defaults fill the rest
+    # FILE.jsonl (or a `datasets` name/directory): the tasks, instead of the env's own; a file
+    # is recorded by its absolute path
+    tasks: str | None = None
     train_tasks: int | None = Field(None, ge=1)  # None = all
     eval_tasks: int = Field(40, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _resolve_name(cls, name: str) -> str:
+        from turnrl.envs.registry import resolve_env_name
+
+        return resolve_env_name(name)
+
+    @field_validator("tasks")
+    @classmethod
+    def _read_tasks(cls, source: str | None) -> str | None:
+        from turnrl.envs.task_files import check_tasks_source
+
+        return None if source is None else check_tasks_source(source)
+
+    @model_validator(mode="after")
+    def _tasks_supplied(self) -> EnvConfig:
+        from turnrl.envs.registry import supplies_tasks
+
+        if self.tasks is None and not supplies_tasks(self.name):
+            raise ValueError(
+                f"env.tasks: {self.name} supplies no tasks; set env.tasks=FILE.jsonl or give "
+                "the class a classmethod tasks(split, n, seed)"
+            )
+        return self
 
 
 class RolloutConfig(Strict):
@@ -201,6 +238,14 @@ class TrainConfig(Strict):
             )
         if self.optim.micro_batch_size > self.optim.minibatch_size:
             raise ValueError("optim.micro_batch_size must not exceed optim.minibatch_size")
+        if self.sft.enabled and self.sft.episodes > 0:
+            from turnrl.envs.registry import has_expert
+
+            if not has_expert(self.env.name):
+                raise ValueError(
+                    f"sft.enabled: env {self.env.name} has no expert to demonstrate; set "
+                    "sft.enabled=false (or give it expert(task, seed, noise))"
+                )
         return self
 
 
@@ -277,6 +322,13 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] = ()
         lines = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "config"
+            if err["type"] == "value_error":  # our own message: it names what it got
+                msg = str(err.get("ctx", {}).get("error", err["msg"]))
+                lines += [
+                    line if line.startswith(loc) or loc == "config" else f"{loc}: {line}"
+                    for line in msg.splitlines()
+                ]
+                continue
             lines.append(
                 f"{loc}: {err['msg']}"
                 + (

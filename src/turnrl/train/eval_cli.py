@@ -1,4 +1,8 @@
-"""``turnrl eval``: a trained run or a model on held-out tasks, beside scripted baselines."""
+"""``turnrl eval``: a trained run or a model on held-out tasks, beside scripted baselines.
+
+By default it scores exactly what the run's own held-out evaluation scored: the first
+``env.eval_tasks`` test tasks, sampled with :func:`~turnrl.train.evaluate.eval_seed`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import load_model, load_tokenizer, place, turn_end_token
 from turnrl.train.config import TrainConfig
-from turnrl.train.evaluate import evaluate_policy, evaluate_scripted
+from turnrl.train.evaluate import eval_seed, evaluate_policy, evaluate_scripted
 from turnrl.train.export import saved_policy
 from turnrl.train.loop import _sampling, limits_of
 
@@ -55,14 +59,19 @@ def load_policy(cfg: TrainConfig, run_dir: Path | None):
 
 
 def run_eval(
-    cfg: TrainConfig, run_dir: Path | None, k: int = 1, n_tasks: int = 40, baselines: bool = True
+    cfg: TrainConfig,
+    run_dir: Path | None,
+    k: int = 1,
+    n_tasks: int | None = None,
+    baselines: bool = True,
 ) -> dict:
+    """``n_tasks`` None: the run's ``env.eval_tasks``."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    family = make_family(cfg.env.name, cfg.env.options)
+    family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
     try:
-        tasks = family.tasks("test", n_tasks, seed=cfg.seed)
+        tasks = family.tasks("test", n_tasks or cfg.env.eval_tasks, seed=cfg.seed)
         model, tok = load_policy(cfg, run_dir)
         renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
         policy = HFPolicy(model, tok.pad_token_id)
@@ -75,7 +84,8 @@ def run_eval(
                 _sampling(cfg, renderer, evaluation=True),
                 limits_of(cfg),
                 k=k,
-                seed=cfg.seed,
+                seed=eval_seed(cfg),
+                batch_wait_s=cfg.rollout.batch_wait_s,
             )
         )
         out: dict = {
@@ -86,7 +96,10 @@ def run_eval(
         out[f"pass^{k}"] = out.pop("pass_hat_k")
         out[f"pass@{k}"] = out.pop("pass_at_k")
         if baselines:
-            out["baseline/do_nothing"] = asyncio.run(evaluate_scripted(family, tasks, "baseline"))
+            if hasattr(family, "baseline"):
+                out["baseline/do_nothing"] = asyncio.run(
+                    evaluate_scripted(family, tasks, "baseline")
+                )
             if hasattr(family, "random_agent"):
                 out["baseline/random"] = asyncio.run(
                     evaluate_scripted(family, tasks, "random", seed=cfg.seed)

@@ -13,6 +13,7 @@ from turnrl.envs.scripted import run_scripted
 from turnrl.policy.base import PolicyBackend, SamplingParams
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.train.config import TrainConfig
 from turnrl.types import Task, Trajectory
 
 
@@ -34,6 +35,13 @@ class EvalResult:
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
         return {f"{prefix}/{k}": float(v) for k, v in self.__dict__.items() if v is not None}
+
+
+def eval_seed(cfg: TrainConfig) -> int:
+    """The sampling seed of held-out evaluation, in the run and in ``turnrl eval`` alike: with
+    the same tasks (``env.eval_tasks`` of the test split) both sample the same episodes, so a
+    checkpoint scores the same in either (apart from batching's float noise)."""
+    return cfg.seed + 7
 
 
 def success_stderr(per_task: list[float]) -> float:

@@ -29,7 +29,7 @@ from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.batch import collate
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.config import TrainConfig
-from turnrl.train.evaluate import evaluate_policy
+from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
 from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
 from turnrl.train.setup import build_model
@@ -93,7 +93,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    family = make_family(cfg.env.name, cfg.env.options)
+    family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
     train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
     eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
@@ -133,7 +133,7 @@ def train(
                 _sampling(cfg, renderer, evaluation=True),
                 limits_of(cfg),
                 k=1,
-                seed=cfg.seed + 7,
+                seed=eval_seed(cfg),
                 batch_wait_s=cfg.rollout.batch_wait_s,
             )
         )

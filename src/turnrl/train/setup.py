@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -16,8 +17,8 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from turnrl.chat import ChatRenderer, HermesToolCallParser
-from turnrl.envs.registry import Family
-from turnrl.envs.scripted import ScriptedEpisode
+from turnrl.envs.registry import Family, env_fingerprint
+from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
 from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
@@ -75,11 +76,16 @@ def build_model(
 def _tiny_with_warm_start(
     cfg: TrainConfig, family: Family, train_tasks: list[Task], log
 ) -> tuple[torch.nn.Module, Any]:
+    source = env_fingerprint(cfg.env.name, cfg.env.tasks)  # "" for a shipped env's own tasks
     key = hashlib.sha1(
         json.dumps(
             {
+                **({"env_source": source} if source else {}),
                 "model": cfg.model.model_dump(),
-                "env": cfg.env.model_dump(exclude={"eval_tasks"}),  # eval never reaches SFT
+                # eval never reaches SFT; no tasks file: the keys runs before it had
+                "env": cfg.env.model_dump(
+                    exclude={"eval_tasks"} | ({"tasks"} if cfg.env.tasks is None else set())
+                ),
                 "sft": cfg.sft.model_dump(),
                 "seed": cfg.seed,
                 "rollout": [
@@ -99,10 +105,16 @@ def _tiny_with_warm_start(
         log(f"warm start: cached SFT model {cache}")
         return LlamaForCausalLM.from_pretrained(cache), load_tiny_tokenizer(cache)
     t0 = time.monotonic()
-    episodes = _demonstrations(cfg, family, train_tasks)
+    # an env without an expert (SFT is then off) gives the text it shows: instructions, first
+    # messages and tool schemas, each task's opening
+    has_expert = hasattr(family, "expert")
+    episodes = (
+        _demonstrations(cfg, family, train_tasks) if has_expert else _openings(train_tasks, family)
+    )
     tok = demo_tokenizer(episodes, cfg.model.vocab_size)
     log(
-        f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} scripted episodes in {time.monotonic() - t0:.0f}s"
+        f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} "
+        f"{'scripted episodes' if has_expert else 'task openings'} in {time.monotonic() - t0:.0f}s"
     )
     model = tiny_model(
         tok,
@@ -142,6 +154,16 @@ def _demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):
     rng = random.Random(cfg.seed)
     tasks = [rng.choice(train_tasks) for _ in range(cfg.sft.episodes)]
     return play_demonstrations(family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns)
+
+
+def _openings(tasks: list[Task], family: Family, limit: int = 400) -> list[ScriptedEpisode]:
+    async def play() -> list[ScriptedEpisode]:
+        return [
+            await run_scripted(family.make_env(), t, IdleAgent(), grade=False)
+            for t in tasks[:limit]
+        ]
+
+    return asyncio.run(play())
 
 
 def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
