@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import check_model_template, check_template
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
+from turnrl.policy.models import load_model, load_tokenizer
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy, evaluate_scripted
 from turnrl.train.loop import _sampling, limits_of
@@ -54,8 +54,10 @@ def run_eval(
     family = make_family(cfg.env.name, cfg.env.options)
     try:
         tasks = family.tasks("test", n_tasks, seed=cfg.seed)
+        if run_dir is None:  # the template contract, before the weights are loaded
+            check_model_template(cfg.model.name, cfg.model.tool_format)
         model, tok = _load(cfg, run_dir)
-        renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+        renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
         policy = HFPolicy(model, tok.pad_token_id)
         result, _ = asyncio.run(
             evaluate_policy(

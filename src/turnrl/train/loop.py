@@ -21,10 +21,9 @@ import yaml
 
 from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
 from turnrl.algo.losses import policy_loss, sequence_logprobs, token_entropy
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import ChatRenderer, check_model_template, check_template
 from turnrl.envs.registry import Family, make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import turn_end_token
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
@@ -216,6 +215,8 @@ def train(
 ) -> Path:
     """Run training; returns the run directory."""
     torch.set_num_threads(cfg.threads)
+    if cfg.model.name != "tiny":  # the template contract, before anything is written
+        check_model_template(cfg.model.name, cfg.model.tool_format)
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
@@ -226,7 +227,7 @@ def train(
     train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
     eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
-    renderer = ChatRenderer(tokenizer, HermesToolCallParser(), turn_end_token(tokenizer))
+    renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
     policy = HFPolicy(model, tokenizer.pad_token_id)
     params = _sampling(cfg, renderer)
     ref_model = None

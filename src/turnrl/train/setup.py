@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import HermesToolCallParser, check_template
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode
-from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
+from turnrl.policy.models import load_model, load_tokenizer
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
@@ -143,7 +143,7 @@ def _demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):
 
 def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
     t0 = time.monotonic()
-    renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
     demos = []
     for ep in episodes:
         demo = render_demo(

@@ -92,7 +92,7 @@ def render_demo(
         if k == len(ep.calls) - 1 and ep.terminated:
             break
         obs = clip_observation(ep.observations[k], renderer, max_obs_tokens)
-        delta = renderer.encode(renderer.observation_delta([{"role": "tool", "content": obs}]))
+        delta = renderer.observation_ids([{"role": "tool", "content": obs}])
         ids += delta
         mask += [0] * len(delta)
         values += [0.0] * len(delta)
