@@ -50,6 +50,15 @@ class SumEnv(ToolEnv):
         return RewardResult(reward, reward == 1.0, components={"answered": float(bool(self.reply))})
 
 
+class StrictSumEnv(SumEnv):
+    """Asks again when the answer holds no number."""
+
+    async def answer(self, text: str) -> StepResult:
+        if not any(c.isdigit() for c in text):
+            return StepResult("Answer with a number.")
+        return await super().answer(text)
+
+
 class SumFamily:
     name = "sum"
 
@@ -110,6 +119,12 @@ def test_a_plain_reply_is_the_final_answer_only_where_the_env_says_so():
     assert not traj.turns[1].malformed and traj.turns[1].obs_end == traj.turns[1].obs_start
     wrong = episode(SumEnv(), ["It is 6."], Task("t", "sum", {"a": 2, "b": 3}))
     assert wrong.termination is TerminationReason.DONE and wrong.reward == 0.0
+    again = episode(StrictSumEnv(), ["No idea.", "5"], Task("t", "sum", {"a": 2, "b": 3}))
+    assert again.termination is TerminationReason.DONE and again.reward == 1.0
+    assert [m["content"] for m in again.messages if m["role"] == "tool"] == [
+        "Answer with a number."
+    ]
+    assert not any(t.malformed for t in again.turns)
 
     guess = Task("g", "guess", {"secret": 5, "low": 1, "high": 8})
     traj = episode(GuessEnv(), ["I think it is 5."], guess)  # no final_answer: a format error

@@ -98,7 +98,8 @@ class ChatRenderer:
         if not tools or self.template_takes_tools:
             return messages
         listing = "\n".join(json.dumps(t["function"], separators=(",", ":")) for t in tools)
-        text = f"\n\nTools (call one per turn as {self.parser.how}):\n{listing}"
+        how = getattr(self.parser, "how", "<tool_call>{json}</tool_call>")
+        text = f"\n\nTools (call one per turn as {how}):\n{listing}"
         out = [dict(m) for m in messages]
         if out and out[0]["role"] == "system":
             out[0]["content"] += text

@@ -21,8 +21,9 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
 
 ``await env.answer(text) -> StepResult``
     Only for envs with ``final_answer = True``: a reply without a tool call is the agent's
-    final answer; the env records it (``grade`` scores it) and the episode ends. Without
-    ``final_answer`` such a reply is a format error shown to the model.
+    final answer; the env records it (``grade`` scores it) and returns ``terminated=True`` to
+    end the episode (or an observation asking for more). Without ``final_answer`` such a reply
+    is a format error shown to the model.
 
 Tools are listed in the class attribute ``tools`` (method names). Each method's type hints
 and docstring become the JSON schema shown to the model; arguments are validated by pydantic

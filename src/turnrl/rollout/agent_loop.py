@@ -11,8 +11,9 @@ fit, and it is not appended); the wall clock (TIMEOUT); an env exception (ENV_ER
 kept); too many malformed tool calls (PARSE_ERRORS). Errors never escape an episode.
 
 A reply with no tool call at all is, for an env that declares ``final_answer``, its final
-answer: the env's ``answer(text)`` grades it and the episode ends there (DONE). For other envs
-it is a format error shown to the model, like a malformed call.
+answer: it goes to the env's ``answer(text)``, and the episode ends there (DONE) when the env
+says terminated (else its observation is shown and the episode goes on). For other envs it is
+a format error shown to the model, like a malformed call.
 
 Env text is encoded with control-token text kept plain (see ``ChatRenderer.observation_ids``),
 so no tool result can forge a turn boundary.
@@ -153,24 +154,19 @@ async def run_episode(
                 observations, terminated, calls = [], False, []
                 try:
                     calls = renderer.parser.parse(action)
-                except NoToolCall as e:
-                    if env.final_answer:  # the reply is the answer: the env grades it
+                except ParseError as e:
+                    if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
                         step = await asyncio.wait_for(env.answer(action), remaining())
                         turn.reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
-                        termination = TerminationReason.DONE
-                        break
-                    parse_errors += 1
-                    turn.parse_error = str(e)
-                    turn.malformed = True
-                    observations.append(f"Error: {e}")
-                    turn.anchor = ("parse_error",)
-                except ParseError as e:
-                    parse_errors += 1
-                    turn.parse_error = str(e)
-                    turn.malformed = True
-                    observations.append(f"Error: {e}")
-                    turn.anchor = ("parse_error",)
+                        terminated = step.terminated
+                        observations.append(step.observation)  # shown if the env goes on
+                    else:
+                        parse_errors += 1
+                        turn.parse_error = str(e)
+                        turn.malformed = True
+                        observations.append(f"Error: {e}")
+                        turn.anchor = ("parse_error",)
                 else:
                     turn.tool_calls = calls
                     for call in calls:
