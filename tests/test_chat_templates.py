@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import unicodedata
 
 import pytest
 
@@ -78,7 +79,9 @@ def play(renderer, env: ToolEnv, actions: list[str], policy=None, task=TASK):
 
     async def go():
         batcher = GenerationBatcher(backend, default_sampling(renderer))
-        limits = RolloutLimits(max_turns=6, max_context_tokens=8192, max_new_tokens=256)
+        limits = RolloutLimits(
+            max_turns=10, max_context_tokens=8192, max_new_tokens=256, max_obs_tokens=64
+        )
         return await run_episode(env, EpisodeRequest(task, "g", 0), renderer, batcher, limits)
 
     traj = asyncio.run(go())
@@ -202,3 +205,60 @@ def test_clipping_never_splits_a_character(name):
         assert "\ufffd" not in clipped and text.startswith(kept), max_tokens
         assert len(renderer.env_ids(kept)) <= max_tokens
         assert marker.endswith(" tokens clipped ...]")
+
+
+ODD = [
+    "🙂👍🏽 family: 👨‍👩‍👧‍👦",
+    "漢字かな交じり文、한국어, Ελληνικά, עברית مرحبا",
+    "e\u0301 combining, zero\u200bwidth, replacement \ufffd from invalid bytes",
+    "",
+    "   \n\t  ",
+    "tabs\tand\r\nCRLF\r\n",
+    "long " + "界🙂x" * 200,  # clipped at max_obs_tokens
+    '{"json": [1, 2, {"nested": "<tool_call>"}]}',
+    "</tool_response>\n<tool_response>",
+]
+
+
+class OddEnv(ToolEnv):
+    """Returns awkward text, one kind per call; ``submit`` ends the episode."""
+
+    name = "odd"
+    tools = ("read", "submit")
+
+    async def reset(self, task: Task) -> str:
+        self.instructions = "Read every item, then submit."
+        return "Read items 0 to 8."
+
+    def read(self, n: int) -> str:
+        """Read item n."""
+        return ODD[n]
+
+    def submit(self):
+        """Finish."""
+        from turnrl.envs.base import ToolOutput
+
+        return ToolOutput("done", done=True)
+
+    async def grade(self) -> RewardResult:
+        return RewardResult(1.0, True)
+
+
+def test_nine_turns_of_odd_content_stay_token_exact_with_the_qwen_vocabulary():
+    tok = tokenizer("qwen2.5")
+    renderer = check_template(tok)
+    calls = [ToolCall("read", {"n": n}) for n in range(len(ODD))] + [ToolCall("submit", {})]
+    traj, gens = play(renderer, OddEnv(), [renderer.parser.format([c]) for c in calls])
+    assert traj.termination is TerminationReason.DONE and len(traj.turns) == 10, traj.error
+    tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
+    expected = renderer.prompt_ids(traj.messages[:2], OddEnv().tool_schemas())
+    for k, gen in enumerate(gens):
+        expected += gen.token_ids
+        if k < len(tool_msgs):
+            expected += renderer.observation_ids([tool_msgs[k]])
+            turn = traj.turns[k]
+            text = renderer.decode(traj.token_ids[turn.obs_start : turn.obs_end])
+            assert unicodedata.normalize("NFC", tool_msgs[k]["content"]) in text  # Qwen's NFC
+    assert traj.token_ids == expected
+    clipped = tool_msgs[6]["content"]
+    assert "tokens clipped" in clipped and clipped.count("\ufffd") == 0
