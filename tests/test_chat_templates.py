@@ -262,3 +262,25 @@ def test_nine_turns_of_odd_content_stay_token_exact_with_the_qwen_vocabulary():
     assert traj.token_ids == expected
     clipped = tool_msgs[6]["content"]
     assert "tokens clipped" in clipped and clipped.count("\ufffd") == 0
+
+
+def test_demonstrations_are_written_in_the_familys_format_as_the_loop_would(family):
+    """SFT demonstrations (the parser's ``format``) give the ids the agent loop records."""
+    from turnrl.envs.scripted import ScriptedEpisode
+    from turnrl.train.sft import render_demo
+
+    name, tok, renderer = family
+    calls = [ToolCall("guess", {"number": n}) for n in GUESSES]
+    traj, _ = play(renderer, GuessEnv(), [renderer.parser.format([c]) for c in calls])
+    ep = ScriptedEpisode(
+        TASK,
+        traj.messages[0]["content"],
+        traj.messages[1]["content"],
+        GuessEnv().tool_schemas(),
+        calls,
+        ["higher", "lower", "correct"],
+        terminated=True,
+    )
+    demo = render_demo(ep, renderer, ep.tools, max_obs_tokens=64, max_tokens=8192)
+    assert demo is not None and demo.token_ids == traj.token_ids
+    assert demo.loss_mask == traj.loss_mask
