@@ -74,13 +74,16 @@ class Teacher:
         return out
 
 
-def play(renderer, env: ToolEnv, actions: list[str], policy=None, task=TASK):
+def play(renderer, env: ToolEnv, actions: list[str], policy=None, task=TASK, max_obs_tokens=512):
     backend = Teacher(renderer, actions, policy)
 
     async def go():
         batcher = GenerationBatcher(backend, default_sampling(renderer))
         limits = RolloutLimits(
-            max_turns=10, max_context_tokens=8192, max_new_tokens=256, max_obs_tokens=64
+            max_turns=10,
+            max_context_tokens=8192,
+            max_new_tokens=256,
+            max_obs_tokens=max_obs_tokens,
         )
         return await run_episode(env, EpisodeRequest(task, "g", 0), renderer, batcher, limits)
 
@@ -248,7 +251,8 @@ def test_nine_turns_of_odd_content_stay_token_exact_with_the_qwen_vocabulary():
     tok = tokenizer("qwen2.5")
     renderer = check_template(tok)
     calls = [ToolCall("read", {"n": n}) for n in range(len(ODD))] + [ToolCall("submit", {})]
-    traj, gens = play(renderer, OddEnv(), [renderer.parser.format([c]) for c in calls])
+    actions = [renderer.parser.format([c]) for c in calls]
+    traj, gens = play(renderer, OddEnv(), actions, max_obs_tokens=64)
     assert traj.termination is TerminationReason.DONE and len(traj.turns) == 10, traj.error
     tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
     expected = renderer.prompt_ids(traj.messages[:2], OddEnv().tool_schemas())
