@@ -51,11 +51,11 @@ def run_eval(
     import torch
 
     torch.set_num_threads(cfg.threads)
+    if run_dir is None:  # the template contract, before the env starts or weights load
+        check_model_template(cfg.model.name, cfg.model.tool_format)
     family = make_family(cfg.env.name, cfg.env.options)
     try:
         tasks = family.tasks("test", n_tasks, seed=cfg.seed)
-        if run_dir is None:  # the template contract, before the weights are loaded
-            check_model_template(cfg.model.name, cfg.model.tool_format)
         model, tok = _load(cfg, run_dir)
         renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
         policy = HFPolicy(model, tok.pad_token_id)
