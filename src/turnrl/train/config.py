@@ -44,6 +44,8 @@ class ModelConfig(Strict):
     lora_rank: int = Field(8, ge=1)
     lora_alpha: float = 16.0
     lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    # how the model writes tool calls; auto reads the family from its chat template
+    tool_format: Literal["auto", "hermes", "llama3", "mistral", "json"] = "auto"
 
     @model_validator(mode="after")
     def _device_exists(self) -> ModelConfig:

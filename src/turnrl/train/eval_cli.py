@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import check_model_template, check_template
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import load_model, load_tokenizer, place, turn_end_token
+from turnrl.policy.models import load_model, load_tokenizer, place
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import eval_seed, evaluate_policy, evaluate_scripted
 from turnrl.train.export import saved_policy
@@ -69,11 +69,13 @@ def run_eval(
     import torch
 
     torch.set_num_threads(cfg.threads)
+    if run_dir is None:  # the template contract, before the env starts or weights load
+        check_model_template(cfg.model.name, cfg.model.tool_format)
     family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
     try:
         tasks = family.tasks("test", n_tasks or cfg.env.eval_tasks, seed=cfg.seed)
         model, tok = load_policy(cfg, run_dir)
-        renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+        renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
         policy = HFPolicy(model, tok.pad_token_id)
         result, _ = asyncio.run(
             evaluate_policy(

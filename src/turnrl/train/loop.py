@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 import yaml
 
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import ChatRenderer, check_model_template, check_template
 from turnrl.envs.registry import Family, make_family
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.models import place, turn_end_token
+from turnrl.policy.models import place
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
@@ -87,6 +87,8 @@ def train(
 ) -> Path:
     """Run training; returns the run directory."""
     torch.set_num_threads(cfg.threads)
+    if cfg.model.name != "tiny":  # the template contract, before anything is written
+        check_model_template(cfg.model.name, cfg.model.tool_format)
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
@@ -98,7 +100,7 @@ def train(
     eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
     model = place(model, cfg.model.device, cfg.model.dtype)
-    renderer = ChatRenderer(tokenizer, HermesToolCallParser(), turn_end_token(tokenizer))
+    renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
     policy = HFPolicy(model, tokenizer.pad_token_id)
     params = _sampling(cfg, renderer)
     ref_model = None

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.chat import HermesToolCallParser, check_template
 from turnrl.envs.registry import Family, env_fingerprint
 from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
-from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
+from turnrl.policy.models import load_model, load_tokenizer
 from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
 from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
@@ -168,7 +168,7 @@ def _openings(tasks: list[Task], family: Family, limit: int = 400) -> list[Scrip
 
 def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
     t0 = time.monotonic()
-    renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
     demos = []
     for ep in episodes:
         demo = render_demo(

@@ -79,6 +79,7 @@ def render_demo(
     max_obs_tokens: int,
     max_tokens: int,
 ) -> Demo | None:
+    from turnrl.chat import tool_message
     from turnrl.rollout.agent_loop import clip_observation
 
     ids = renderer.prompt_ids(episode_messages(ep, renderer)[:2], tools)
@@ -92,7 +93,7 @@ def render_demo(
         if k == len(ep.calls) - 1 and ep.terminated:
             break
         obs = clip_observation(ep.observations[k], renderer, max_obs_tokens)
-        delta = renderer.encode(renderer.observation_delta([{"role": "tool", "content": obs}]))
+        delta = renderer.observation_ids([tool_message(obs, call, k * 10)])
         ids += delta
         mask += [0] * len(delta)
         values += [0.0] * len(delta)
