@@ -32,9 +32,17 @@ from turnrl.train.batch import Batch, collate
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy
-from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
+from turnrl.train.metrics import (
+    MetricsWriter,
+    Progress,
+    silence_library_progress,
+    trajectory_metrics,
+)
 from turnrl.train.setup import build_model
 from turnrl.types import Trajectory
+from turnrl.view.export import export_html
+from turnrl.view.records import RecordWriter
+from turnrl.view.wandb_log import WandbLogger, require_wandb
 
 Log = Callable[[str], None]
 
@@ -89,8 +97,13 @@ def train_on_batch(
     optimizer: torch.optim.Optimizer,
     batch: Batch,
     step: int,
+    per_token: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """Advantages, then the clipped policy loss over minibatches with gradient accumulation."""
+    """Advantages, then the clipped policy loss over minibatches with gradient accumulation.
+
+    ``per_token``, when given, is filled with ``[B, T]`` tensors for the trajectory records:
+    ``advantages``, and the ``trainer_logprobs`` and ``ratios`` each row had when it was first
+    trained on this step (NaN on rows that were skipped)."""
     a = cfg.algo
     adv = compute_advantages(
         a.advantage,
@@ -111,6 +124,10 @@ def train_on_batch(
         gigpo_norm=a.gigpo_norm,
     )
     adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed)
+    if per_token is not None:
+        per_token["advantages"] = adv.tokens
+        per_token["trainer_logprobs"] = torch.full_like(batch.behavior_logprobs, float("nan"))
+        per_token["ratios"] = torch.full_like(batch.behavior_logprobs, float("nan"))
     # Rows whose advantages are all 0 add no policy gradient; without KL/entropy terms they are
     # skipped (as DAPO's dynamic sampling does), which on CPU halves the work of a typical step.
     has_signal = (adv.tokens.abs() * adv.loss_mask).sum(-1) > 0  # [B]
@@ -141,7 +158,7 @@ def train_on_batch(
     sums: dict[str, float] = {}
     weights = 0.0
     model.train()
-    for _ in range(cfg.optim.epochs):
+    for epoch in range(cfg.optim.epochs):
         perm = rows[torch.randperm(len(rows), generator=gen)]
         for mb in perm.split(cfg.optim.minibatch_size):
             optimizer.zero_grad(set_to_none=True)
@@ -172,6 +189,12 @@ def train_on_batch(
                 # logprobs are the trust region's centre; with a correction it is the proximal
                 # policy and the sampler's logprobs only enter the importance weight.
                 old = behavior if proximal is None else proximal[micro, :T]
+                if per_token is not None and epoch == 0:
+                    acted = mask.bool()  # [b, T] values exist on trained tokens only
+                    nan = torch.tensor(float("nan"))
+                    lp = logprobs.detach()
+                    per_token["trainer_logprobs"][micro, :T] = torch.where(acted, lp, nan)
+                    per_token["ratios"][micro, :T] = torch.where(acted, (lp - old).exp(), nan)
                 loss, m = policy_loss(
                     logprobs,
                     old,
@@ -216,8 +239,12 @@ def train(
 ) -> Path:
     """Run training; returns the run directory."""
     torch.set_num_threads(cfg.threads)
+    if cfg.logging.wandb:
+        require_wandb()
+    silence_library_progress()
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -245,6 +272,15 @@ def train(
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
     writer = MetricsWriter(run_dir, truncate_from=start_step)
+    records = RecordWriter(
+        run_dir,
+        record_groups=cfg.logging.record_groups,
+        records_mb=cfg.logging.records_mb,
+        token_text=lambda i: tokenizer.decode([i]),
+        tiers={t.id: t.payload.get("tier") for t in train_tasks},
+        truncate_from=start_step,
+    )
+    wandb_log = WandbLogger(run_dir, cfg) if cfg.logging.wandb else None
     rollouts = make_rollouts(cfg, family, train_tasks, renderer, model, policy, params, start_step)
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
 
@@ -263,6 +299,8 @@ def train(
             )
         )
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
+        if wandb_log is not None:
+            wandb_log.log(step, result.as_metrics("eval"))
         log(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
@@ -290,8 +328,11 @@ def train(
                 else {}
             )
             batch = collate(trajs, tokenizer.pad_token_id)
+            per_token: dict[str, torch.Tensor] = {}
             with policy.lock:  # no sampling from half-updated weights
-                train_metrics = train_on_batch(cfg, model, ref_model, optimizer, batch, step)
+                train_metrics = train_on_batch(
+                    cfg, model, ref_model, optimizer, batch, step, per_token
+                )
                 policy.version += 1
             if rollouts is not None:
                 rollouts.weights_updated(policy.version)
@@ -306,6 +347,9 @@ def train(
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version
             writer.write(metrics, trajs[:2], renderer)
+            recorded = records.write(step + 1, trajs, per_token)
+            if wandb_log is not None:
+                wandb_log.log(step + 1, metrics, recorded)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
                     ckpt, step=step + 1, version=policy.version, model=model, optimizer=optimizer
@@ -320,10 +364,10 @@ def train(
             rollouts.close()
         progress.close()
         writer.close()
+        if wandb_log is not None:
+            wandb_log.close()
         family.close()
-    from turnrl.report.html import write_report
-
-    write_report(run_dir)
+    export_html([run_dir], run_dir / "report.html")
     return run_dir
 
 
