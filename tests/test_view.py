@@ -224,6 +224,30 @@ def test_view_cli_exports_reports_and_rejects_bad_paths(runs, tmp_path):
     assert out.exit_code == 0 and (first / "report.html").exists()
 
 
+def test_turnrl_view_serves_the_page_and_its_data_on_loopback(runs):
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnrl.cli", "view", str(runs[0]), str(runs[1]), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "static/plotly-basic.min.js" in page and "api/runs" in page
+        data = json.loads(urllib.request.urlopen(url + "api/runs", timeout=10).read())
+        assert [r["name"] for r in data] == ["first", "second"]
+        assert data[0]["curves"]["reward/mean"]["x"] == [1, 2]
+        step = json.loads(urllib.request.urlopen(url + "api/step?run=1&step=2", timeout=10).read())
+        assert step and all(r["step"] == 2 for r in step)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 # -- in the browser ----------------------------------------------------------------------------
 
 
@@ -295,6 +319,19 @@ def test_viewer_shows_tokens_hover_values_and_overlays_two_runs(browser, served,
     names = page.locator("#curve-grid .plot").first.evaluate("d => d.data.map(t => t.name)")
     assert names == ["reward/mean"]
     page.check("#runs input[data-run='1']")
+    # filters: reward, then a step range that matches nothing
+    page.click("a[data-page='trajectories']")
+    page.wait_for_selector("#traj-list tbody tr")
+    all_rows = page.locator("#traj-list tbody tr").count()
+    page.fill("#f-rew-min", "0.5")
+    rewards = [
+        float(x) for x in page.locator("#traj-list tbody tr td:nth-child(5)").all_inner_texts()
+    ]
+    assert all(r >= 0.5 for r in rewards) and len(rewards) < all_rows
+    page.fill("#f-rew-min", "")
+    page.fill("#f-step-min", "3")
+    assert page.locator("#traj-list tbody tr").count() == 0
+    page.fill("#f-step-min", "")
     check_trajectory_page(page, errors)
     # the group of that episode, side by side with its advantages
     page.click("#traj a[href^='#group=']")
