@@ -218,7 +218,7 @@ def test_view_cli_exports_reports_and_rejects_bad_paths(runs, tmp_path):
     runs_json = text.split('id="turnrl-runs">', 1)[1].split("</script>", 1)[0]
     assert [r["name"] for r in json.loads(runs_json)] == ["first", "second"]
     # the run's own report.html is this export, rebuilt by `turnrl report`
-    assert 'id="turnrl-steps"' in (first / "report.html").read_text()
+    assert 'id="turnrl-step-0-2"' in (first / "report.html").read_text()
     (first / "report.html").unlink()
     out = CliRunner().invoke(app, ["report", str(first)])
     assert out.exit_code == 0 and (first / "report.html").exists()
@@ -251,8 +251,11 @@ def test_turnrl_view_serves_the_page_and_its_data_on_loopback(runs):
 # -- in the browser ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser():
+@pytest.fixture
+def browser(runs):
+    """Headless Chromium for one test. Playwright's sync API keeps an asyncio loop running in
+    this thread while it is open, where training (asyncio.run) cannot start: so the runs come
+    first and the browser closes after each test."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it as root)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (dev extra) missing")

@@ -43,8 +43,13 @@ def render_page(title: str, data: dict[str, Any] | None = None) -> str:
                 '<script>window.TURNRL = {mode: "embedded"};</script>',
                 '<script type="application/json" id="turnrl-runs">',
                 _script_json(data["runs"]) + "</script>",
-                '<script type="application/json" id="turnrl-steps">',
-                _script_json(data["steps"]) + "</script>",
+                # one element per step: opening a trajectory parses its step's records only
+                *(
+                    f'<script type="application/json" id="turnrl-step-{key.replace(":", "-")}">'
+                    + _script_json(recs)
+                    + "</script>"
+                    for key, recs in data["steps"].items()
+                ),
                 "<script>" + (STATIC / "plotly-basic.min.js").read_text(encoding="utf-8"),
                 "</script>",
                 "<script>" + (STATIC / "viewer.js").read_text(encoding="utf-8") + "</script>",

@@ -41,9 +41,12 @@
       return r.json();
     });
   }
-  // An export embeds its data as JSON script elements; the records are parsed on first use only.
-  const embedded = (id) => JSON.parse(document.getElementById(id).textContent);
-  let embeddedSteps = null;
+  // An export embeds its data as JSON script elements, one per step of records, each parsed
+  // when first opened.
+  const embedded = (id) => {
+    const el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  };
   const api = {
     runs() {
       if (CFG.mode === "embedded") return Promise.resolve(embedded("turnrl-runs"));
@@ -54,8 +57,8 @@
     step(run, step) {
       const key = run + ":" + step;
       if (CFG.mode === "embedded") {
-        embeddedSteps = embeddedSteps || embedded("turnrl-steps");
-        return Promise.resolve(embeddedSteps[key] || null);
+        if (!stepCache.has(key)) stepCache.set(key, Promise.resolve(embedded("turnrl-step-" + run + "-" + step)));
+        return stepCache.get(key);
       }
       if (!stepCache.has(key)) stepCache.set(key, getJSON("api/step?run=" + run + "&step=" + step));
       return stepCache.get(key);
@@ -235,26 +238,8 @@
         text: tiers.map((t) => rate(e, g.get(t))[1] + " episodes"), textposition: "none", hovertemplate: "%{x}: %{y:.3f} (%{text})<extra>%{fullData.name}</extra>",
       };
     });
-    plot(newPlotDiv(box, "plot-tier"), tierTraces, layout("Success per tier", { hovermode: "closest", xaxis: {}, yaxis: { range: [0, 1] } }));
-    // success per task (the most frequent 40 tasks of the first run)
-    const first = RUNS[runs[0]].episodes;
-    const byTask = groupBy(first, episodeRows(runs[0], from, to), "task");
-    const tasks = Array.from(byTask.keys()).sort((a, b) => byTask.get(b).length - byTask.get(a).length).slice(0, 40);
-    tasks.sort((a, b) => (rate(first, byTask.get(a))[0] || 0) - (rate(first, byTask.get(b))[0] || 0));
-    const taskTraces = runs.map((ri) => {
-      const e = RUNS[ri].episodes;
-      const g = groupBy(e, episodeRows(ri, from, to), "task");
-      return {
-        type: "bar", orientation: "h", name: RUNS[ri].name, marker: { color: color(ri) },
-        y: tasks, x: tasks.map((t) => (g.has(t) ? rate(e, g.get(t))[0] : null)),
-        text: tasks.map((t) => (g.has(t) ? g.get(t).length : 0) + " episodes"), textposition: "none",
-        hovertemplate: "%{y}: %{x:.3f} (%{text})<extra>%{fullData.name}</extra>",
-      };
-    });
-    plot(newPlotDiv(box, "plot-task"), taskTraces, layout("Success per task" + (byTask.size > 40 ? " (40 most frequent)" : ""), {
-      hovermode: "closest", height: Math.max(300, 60 + 18 * tasks.length * runs.length), xaxis: { range: [0, 1] },
-      yaxis: { automargin: true, tickfont: { size: 10 } }, margin: { l: 10, r: 12, t: 34, b: 36 },
-    }));
+    const noTiers = tierTraces.every((t) => t.x.length === 1 && t.x[0] === "tier (none)");
+    plot(newPlotDiv(box, "plot-tier"), tierTraces, layout(noTiers ? "Success (this env's tasks have no tiers)" : "Success per tier", { hovermode: "closest", xaxis: {}, yaxis: { range: [0, 1] } }));
     // success per tier over steps
     const overTime = [];
     runs.forEach((ri) => {
@@ -295,6 +280,27 @@
       }));
       plot(d, flagTraces, layout("Flagged episodes per step: " + RUNS[ri].name, { barmode: "stack" }));
     });
+    // success per task (the most frequent 40 tasks of the first run)
+    const first = RUNS[runs[0]].episodes;
+    const byTask = groupBy(first, episodeRows(runs[0], from, to), "task");
+    const tasks = Array.from(byTask.keys()).sort((a, b) => byTask.get(b).length - byTask.get(a).length).slice(0, 40);
+    tasks.sort((a, b) => (rate(first, byTask.get(a))[0] || 0) - (rate(first, byTask.get(b))[0] || 0));
+    const taskTraces = runs.map((ri) => {
+      const e = RUNS[ri].episodes;
+      const g = groupBy(e, episodeRows(ri, from, to), "task");
+      return {
+        type: "bar", orientation: "h", name: RUNS[ri].name, marker: { color: color(ri) },
+        y: tasks, x: tasks.map((t) => (g.has(t) ? rate(e, g.get(t))[0] : null)),
+        text: tasks.map((t) => (g.has(t) ? g.get(t).length : 0) + " episodes"), textposition: "none",
+        hovertemplate: "%{y}: %{x:.3f} (%{text})<extra>%{fullData.name}</extra>",
+      };
+    });
+    const wide = newPlotDiv(box, "plot-task");
+    wide.classList.add("wide");
+    plot(wide, taskTraces, layout("Success per task" + (byTask.size > 40 ? " (40 most frequent)" : ""), {
+      hovermode: "closest", height: Math.max(300, 60 + 18 * tasks.length * runs.length), xaxis: { range: [0, 1] },
+      yaxis: { automargin: true, tickfont: { size: 10 } }, margin: { l: 10, r: 12, t: 34, b: 36 },
+    }));
   }
 
   // ---------------------------------------------------------------- trajectory list
