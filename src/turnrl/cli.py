@@ -108,7 +108,7 @@ def view(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 8765,
     records_mb: Annotated[
         float, typer.Option(help="--export: embed the newest trajectory records up to this size")
-    ] = 8.0,
+    ] = 4.0,
 ) -> None:
     """Browse runs: metric curves overlaid, per-task and per-tier success, and every token of
     the recorded trajectories with its logprobs, ratio and advantage."""

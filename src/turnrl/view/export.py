@@ -78,7 +78,7 @@ def embedded_steps(runs: list[Path], records_mb: float) -> dict[str, list[dict]]
     return out
 
 
-def export_html(runs: list[Path], out: Path, records_mb: float = 8.0) -> Path:
+def export_html(runs: list[Path], out: Path, records_mb: float = 4.0) -> Path:
     """Write the self-contained page for ``runs`` to ``out``."""
     runs = [Path(r) for r in runs]
     data = {

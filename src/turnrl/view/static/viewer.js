@@ -108,7 +108,7 @@
   function plot(div, traces, lay) {
     const xmax = Math.max(0, ...traces.map((t) => (t.x && t.x.length && typeof t.x[0] === "number" ? t.x[t.x.length - 1] : 0)));
     if (lay.xaxis && lay.xaxis.title && xmax <= 12) lay.xaxis.dtick = 1; // steps are whole numbers
-    if (observer && div.getBoundingClientRect().top > window.innerHeight + 300) {
+    if (observer && div.getBoundingClientRect().top > window.innerHeight) {
       if (!pending.has(div)) observer.observe(div);
       pending.set(div, [traces, lay]);
       return;
