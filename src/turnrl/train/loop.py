@@ -190,11 +190,15 @@ def train_on_batch(
                 # policy and the sampler's logprobs only enter the importance weight.
                 old = behavior if proximal is None else proximal[micro, :T]
                 if per_token is not None and epoch == 0:
-                    acted = mask.bool()  # [b, T] values exist on trained tokens only
-                    nan = torch.tensor(float("nan"))
-                    lp = logprobs.detach()
-                    per_token["trainer_logprobs"][micro, :T] = torch.where(acted, lp, nan)
-                    per_token["ratios"][micro, :T] = torch.where(acted, (lp - old).exp(), nan)
+                    untrained = ~mask.bool()  # [b, T] values exist on trained tokens only
+                    lp = logprobs.detach().float()
+                    dev = per_token["ratios"].device
+                    per_token["trainer_logprobs"][micro, :T] = lp.masked_fill(
+                        untrained, float("nan")
+                    ).to(dev)
+                    per_token["ratios"][micro, :T] = (
+                        (lp - old).exp().masked_fill(untrained, float("nan")).to(dev)
+                    )
                 loss, m = policy_loss(
                     logprobs,
                     old,
