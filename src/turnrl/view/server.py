@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from turnrl.view.data import run_summary
+from turnrl.view.data import AUDIT_NAME, run_summary
 from turnrl.view.export import ASSETS, STATIC, render_page
-from turnrl.view.records import read_step
+from turnrl.view.records import EPISODES, RECORDS_DIR, read_step
 
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
@@ -24,6 +24,17 @@ def make_server(runs: list[Path], host: str = "127.0.0.1", port: int = 0) -> Thr
     """A server for ``runs`` (not yet serving); ``port=0`` picks a free port."""
     runs = [Path(r) for r in runs]
     page = render_page(", ".join(r.name for r in runs)).encode()
+    cache: dict[Path, tuple[tuple, dict]] = {}
+
+    def summary(run: Path) -> dict:
+        """A run's summary, read again only when its files changed (a run in progress)."""
+        key = tuple(
+            (p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
+            for p in (run / "metrics.jsonl", run / EPISODES, run / RECORDS_DIR, run / AUDIT_NAME)
+        )
+        if run not in cache or cache[run][0] != key:
+            cache[run] = (key, run_summary(run))
+        return cache[run][1]
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
@@ -36,7 +47,7 @@ def make_server(runs: list[Path], host: str = "127.0.0.1", port: int = 0) -> Thr
                 body = (STATIC / name).read_bytes()
                 return self._send(body, CONTENT_TYPES[Path(name).suffix], cache=True)
             if path == "api/runs":
-                return self._json([run_summary(r) for r in runs])
+                return self._json([summary(r) for r in runs])
             if path == "api/step":
                 q = parse_qs(url.query)
                 try:

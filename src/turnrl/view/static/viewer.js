@@ -327,6 +327,7 @@
     const rmin = numOrNull("f-rew-min"), rmax = numOrNull("f-rew-max");
     const task = $("f-task").value.trim(), flag = $("f-flag").value, end = $("f-end").value;
     const hits = [];
+    const kept = new Set(RUNS[ri].record_steps); // thinning may have removed older steps
     let total = 0;
     for (let j = e.step.length - 1; j >= 0; j--) {
       if (smin !== null && e.step[j] < smin) continue;
@@ -340,7 +341,7 @@
       if (flag && flag !== "*" && flag !== "-" && !f.includes(flag)) continue;
       if (end && e.end[j] !== end) continue;
       total += 1;
-      if (e.rec[j]) hits.push(j);
+      if (e.rec[j] && kept.has(e.step[j])) hits.push(j);
     }
     const shownRows = hits.slice(0, 300);
     $("f-count").textContent = total + " episodes match; " + hits.length + " of them have token records" +
