@@ -385,7 +385,7 @@
   const SEG_NAMES = { prompt: "prompt · environment", act: "action · sampled by the policy, trained", obs: "observation · environment", other: "chat template · environment" };
   function tokenView(rec, key) {
     RECS.set(key, rec);
-    const scale = Math.max(1e-9, ...rec.advantages.map((a) => Math.abs(a || 0)));
+    const scale = rec.advantages.reduce((m, a) => Math.max(m, Math.abs(a || 0)), 1e-9);
     const parts = ["<div class='tokens' data-rec='" + esc(key) + "'>"];
     let lastTurn = -2;
     for (const s of segments(rec)) {
