@@ -5,7 +5,9 @@ Fabricates a run directory shaped like a 200-step code-env run (the metrics a re
 per step written by the real ``RecordWriter``), or uses ``--run DIR``. Then, for the served
 viewer (``turnrl view``) and the exported page (``--export``), loads each page ``--repeats``
 times in a fresh tab and prints the median time from navigation start until the page has
-rendered (the viewer sets ``window.turnrlReadyMs`` when its charts or tokens are drawn).
+rendered (the viewer sets ``window.turnrlReadyMs`` when its charts or tokens are drawn), and
+the same for a baseline page that only loads Plotly and draws one chart (the floor any
+Plotly page pays), with the ratio to it: on a busy machine the ratio says more than seconds.
 
     python benchmarks/viewer_load.py [--run DIR] [--steps 200] [--repeats 5]
 
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 
 from turnrl.types import TerminationReason, ToolCall, Trajectory, Turn
-from turnrl.view.export import export_html
+from turnrl.view.export import STATIC, export_html
 from turnrl.view.records import RecordWriter, read_step, record_steps
 from turnrl.view.server import make_server
 
@@ -112,15 +114,22 @@ def fabricate(run_dir: Path, steps: int, seed: int = 0) -> Path:
     return run_dir
 
 
-def measure(browser, url: str, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(url)
-        page.wait_for_function("window.turnrlReadyMs !== undefined", timeout=60_000)
-        times.append(page.evaluate("window.turnrlReadyMs") / 1000)
-        page.close()
-    return times
+BASELINE = """<!doctype html><meta charset="utf-8"><div id="p" style="height:300px"></div>
+<script src="{plotly}"></script>
+<script>
+const x = Array.from({{length: 200}}, (_, i) => i + 1);
+Plotly.newPlot("p", [{{x, y: x.map(Math.sqrt)}}]);
+window.turnrlReadyMs = performance.now();
+</script>"""
+
+
+def load_once(browser, url: str) -> float:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_function("window.turnrlReadyMs !== undefined", timeout=60_000)
+    seconds = page.evaluate("window.turnrlReadyMs") / 1000
+    page.close()
+    return seconds
 
 
 def main() -> None:
@@ -146,7 +155,10 @@ def main() -> None:
         base = f"http://127.0.0.1:{server.server_address[1]}/"
         step = record_steps(run)[-1]
         i = read_step(run, step)[0]["i"]
+        baseline = Path(tmp) / "baseline.html"
+        baseline.write_text(BASELINE.format(plotly=(STATIC / "plotly-basic.min.js").as_uri()))
         pages = [
+            ("baseline: Plotly, 1 chart", baseline.as_uri()),
             ("served: curves", base + "#curves"),
             ("served: breakdown", base + "#breakdown"),
             ("served: trajectory", base + f"#traj=0/{step}/{i}"),
@@ -155,13 +167,18 @@ def main() -> None:
         ]
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            measure(browser, base, 1)  # warm-up: the browser's first page pays its own start-up
-            for name, url in pages:
-                times = measure(browser, url, args.repeats)
+            load_once(browser, base)  # warm-up: the browser's first page pays its own start-up
+            times: dict[str, list[float]] = {name: [] for name, _ in pages}
+            for _ in range(args.repeats):  # round robin: a busy spell slows every page alike
+                for name, url in pages:
+                    times[name].append(load_once(browser, url))
+            floor = statistics.median(times[pages[0][0]])
+            for name, ts in times.items():
+                med = statistics.median(ts)
                 print(
-                    f"{name:<20} median {statistics.median(times):.2f}s  "
-                    f"(min {min(times):.2f}s, max {max(times):.2f}s, {len(times)} loads)  "
-                    f"{'under' if statistics.median(times) < 2 else 'OVER'} the 2 s target"
+                    f"{name:<26} median {med:.2f}s  (min {min(ts):.2f}s, max {max(ts):.2f}s, "
+                    f"{len(ts)} loads)  {med / floor:.1f}x baseline  "
+                    f"{'under' if med < 2 else 'OVER'} the 2 s target"
                 )
             browser.close()
         server.shutdown()
