@@ -14,6 +14,18 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# Chromium runs the viewer's browser tests (tests/test_view.py) and benchmarks/viewer_load.py,
+# driven by the playwright package (dev extra) pointed at /usr/bin/chromium; they skip without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing chromium (headless browser tests of turnrl view)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+      || echo "[setup] WARNING: could not install chromium; the viewer's browser tests will skip"
+  else
+    echo "[setup] NOTE: chromium missing and not root; the viewer's browser tests will skip"
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"

@@ -294,12 +294,12 @@ def test_report_plots_predicted_proxy_when_the_run_has_an_audit(tmp_path):
     from typer.testing import CliRunner
 
     from turnrl.cli import app
-    from turnrl.report.html import write_report
+    from turnrl.view.data import drift_table, run_summary
 
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in drift_rows()))
-    assert "Reward drift" not in write_report(run).read_text()  # no audit, no panel
+    assert run_summary(run)["audit"] is None  # no audit, no panel
 
     audit = tmp_path / "audit.json"
     audit.write_text(
@@ -308,11 +308,12 @@ def test_report_plots_predicted_proxy_when_the_run_has_an_audit(tmp_path):
     result = CliRunner().invoke(app, ["report", str(run), "--audit", str(audit)])
     assert result.exit_code == 0, result.output
     assert (run / "audit.json").exists()  # kept with the run: later rebuilds show it too
-    page = (run / "report.html").read_text()
-    assert "Reward drift" in page and "c = 0.500" in page and "alt='reward drift'" in page
+    panel = run_summary(run)["audit"]
+    assert panel["c"] == 0.5 and panel["html"] == drift_table(drift_rows(), 0.5)
+    assert "c = 0.500" in (run / "report.html").read_text()  # the export embeds the panel
     # train rows: p = 0.2, proxy 0.6, predicted gap 0.8 * 0.5; last eval: p = 0.1, gap 0.45
-    assert "<td>0.600</td><td>0.400</td><td>0.400</td>" in page
-    assert "<td>0.400</td><td>0.450</td><td>-0.050</td>" in page
+    assert "<td>0.600</td><td>0.400</td><td>0.400</td>" in panel["html"]
+    assert "<td>0.400</td><td>0.450</td><td>-0.050</td>" in panel["html"]
 
     audit.write_text("{}")
     result = CliRunner().invoke(app, ["report", str(run), "--audit", str(audit)])

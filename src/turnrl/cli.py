@@ -91,10 +91,12 @@ def train(
         cfg = _config(resume / "config.yaml", overrides)
     else:
         cfg = _config(config, overrides)
-    log = (lambda s: print(s, flush=True)) if quiet else console.print
+    # Plain lines to a file or pipe: rich would wrap them at 80 columns there.
+    plain = quiet or not sys.stdout.isatty()
+    log = (lambda s: print(s, flush=True)) if plain else console.print
     with _template_errors():
         run_dir = run_training(cfg, resume_dir=resume, quiet=quiet, log=log)
-    console.print(f"run directory: {run_dir}  (report: {run_dir / 'report.html'})")
+    log(f"done: {run_dir}  (report: {run_dir / 'report.html'}; browse: turnrl view {run_dir})")
 
 
 @app.command("eval")
@@ -218,6 +220,51 @@ def export(
 
 
 @app.command()
+def view(
+    runs: Annotated[
+        list[Path], typer.Argument(help="run directories, or folders of runs, to overlay")
+    ],
+    export: Annotated[
+        Path | None,
+        typer.Option(help="write one self-contained HTML page here instead of serving"),
+    ] = None,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free port)")] = 8765,
+    records_mb: Annotated[
+        float, typer.Option(help="--export: embed the newest trajectory records up to this size")
+    ] = 4.0,
+) -> None:
+    """Browse runs: metric curves overlaid, per-task and per-tier success, and every token of
+    the recorded trajectories with its logprobs, ratio and advantage."""
+    from turnrl.view.data import find_runs
+
+    try:
+        run_dirs = find_runs(runs)
+    except ValueError as e:
+        console.print(f"[red]turnrl view[/red]: {e}")
+        raise typer.Exit(2) from None
+    if export is not None:
+        from turnrl.view.export import export_html
+
+        console.print(str(export_html(run_dirs, export, records_mb=records_mb)))
+        return
+    from turnrl.view.server import make_server
+
+    try:
+        server = make_server(run_dirs, port=port)
+    except OSError as e:
+        console.print(f"[red]--port {port}[/red]: cannot listen on 127.0.0.1 ({e}); try --port 0")
+        raise typer.Exit(2) from None
+    host, bound = server.server_address[:2]
+    print(f"turnrl view: http://{host}:{bound}/  ({len(run_dirs)} runs; Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
 def report(
     run_dir: Path,
     audit: Annotated[
@@ -228,12 +275,14 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Rebuild RUN_DIR/report.html from its metrics and samples (and RUN_DIR/audit.json)."""
+    """Rebuild RUN_DIR/report.html, the viewer's self-contained export of the run (with the
+    reward-drift panel when RUN_DIR/audit.json exists)."""
     import shutil
 
-    from turnrl.report.html import AUDIT_NAME, read_audit_c, write_report
+    from turnrl.view.data import AUDIT_NAME, is_run, read_audit_c
+    from turnrl.view.export import export_html
 
-    if not (run_dir / "metrics.jsonl").exists():
+    if not is_run(run_dir):
         console.print(f"[red]{run_dir}[/red] has no metrics.jsonl")
         raise typer.Exit(2)
     if audit is not None:
@@ -244,7 +293,7 @@ def report(
             raise typer.Exit(2) from None
         if audit.resolve() != (run_dir / AUDIT_NAME).resolve():
             shutil.copyfile(audit, run_dir / AUDIT_NAME)
-    console.print(str(write_report(run_dir)))
+    console.print(str(export_html([run_dir], run_dir / "report.html")))
 
 
 @app.command()

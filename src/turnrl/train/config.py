@@ -209,6 +209,14 @@ class DistributedConfig(Strict):
     max_retries: int = Field(1, ge=0)  # re-runs of a dead worker's episodes
 
 
+class LoggingConfig(Strict):
+    # trajectory records (turnrl view): whole groups per step, plus every flagged episode
+    record_groups: int = Field(1, ge=0)
+    records_mb: float = Field(64.0, gt=0)  # cap on trajectories/; older steps are thinned first
+    wandb: bool = False  # metrics and trajectory tables to Weights & Biases (WANDB_MODE=offline)
+    wandb_project: str = "turnrl"
+
+
 class TrainConfig(Strict):
     name: str = "run"
     seed: int = 0
@@ -231,6 +239,7 @@ class TrainConfig(Strict):
     optim: OptimConfig = OptimConfig()
     sft: SFTConfig = SFTConfig()
     distributed: DistributedConfig = DistributedConfig()
+    logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
     def _batch_shapes(self) -> TrainConfig:

@@ -31,10 +31,18 @@ from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
-from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
+from turnrl.train.metrics import (
+    MetricsWriter,
+    Progress,
+    silence_library_progress,
+    trajectory_metrics,
+)
 from turnrl.train.setup import build_model
 from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
 from turnrl.types import Trajectory
+from turnrl.view.export import export_html
+from turnrl.view.records import RecordWriter
+from turnrl.view.wandb_log import WandbLogger, require_wandb
 
 Log = Callable[[str], None]
 
@@ -89,8 +97,12 @@ def train(
     torch.set_num_threads(cfg.threads)
     if cfg.model.name != "tiny":  # the template contract, before anything is written
         check_model_template(cfg.model.name, cfg.model.tool_format)
+    if cfg.logging.wandb:
+        require_wandb()
+    silence_library_progress()
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -122,6 +134,15 @@ def train(
     if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
         save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
     writer = MetricsWriter(run_dir, truncate_from=start_step)
+    records = RecordWriter(
+        run_dir,
+        record_groups=cfg.logging.record_groups,
+        records_mb=cfg.logging.records_mb,
+        token_text=lambda i: tokenizer.decode([i]),
+        tiers={t.id: t.payload.get("tier") for t in train_tasks},
+        truncate_from=start_step,
+    )
+    wandb_log = WandbLogger(run_dir, cfg) if cfg.logging.wandb else None
     rollouts = make_rollouts(cfg, family, train_tasks, renderer, model, policy, params, start_step)
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
 
@@ -140,6 +161,8 @@ def train(
             )
         )
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
+        if wandb_log is not None:
+            wandb_log.log(step, result.as_metrics("eval"))
         log(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
@@ -176,9 +199,18 @@ def train(
                 anchors=a.anchors,
                 anchor_similarity=a.anchor_similarity,
             )
+            per_token: dict[str, torch.Tensor] = {}
             with policy.lock:  # no sampling from half-updated weights
                 train_metrics = train_on_batch(
-                    cfg, model, ref_model, optimizer, batch, step, critic=critic, log=log
+                    cfg,
+                    model,
+                    ref_model,
+                    optimizer,
+                    batch,
+                    step,
+                    critic=critic,
+                    log=log,
+                    per_token=per_token,
                 )
                 policy.version += 1
             if rollouts is not None:
@@ -194,6 +226,9 @@ def train(
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version
             writer.write(metrics, trajs[:2], renderer)
+            recorded = records.write(step + 1, trajs, per_token)
+            if wandb_log is not None:
+                wandb_log.log(step + 1, metrics, recorded)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
                     ckpt,
@@ -214,10 +249,10 @@ def train(
             rollouts.close()
         progress.close()
         writer.close()
+        if wandb_log is not None:
+            wandb_log.close()
         family.close()
-    from turnrl.report.html import write_report
-
-    write_report(run_dir)
+    export_html([run_dir], run_dir / "report.html")
     return run_dir
 
 

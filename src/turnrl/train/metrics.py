@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,14 +93,38 @@ class MetricsWriter:
         self.tb.close()
 
 
-class Progress:
-    """A rich progress bar (step, reward, success, time left), or plain log lines with --quiet."""
+def silence_library_progress() -> None:
+    """No progress bars or info chatter from transformers and huggingface_hub in a run's
+    output: they would interleave with the per-step lines (and fill log files with \r)."""
+    import transformers
 
-    def __init__(self, total: int, start: int, quiet: bool, log: Callable[[str], None]) -> None:
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+    except ImportError:
+        return
+    disable_progress_bars()
+
+
+class Progress:
+    """A rich progress bar (step, reward, success, time left) on a terminal; one plain line per
+    step with --quiet or when the output goes to a file or pipe (a bar there shows only at the
+    end, if at all)."""
+
+    def __init__(
+        self,
+        total: int,
+        start: int,
+        quiet: bool,
+        log: Callable[[str], None],
+        terminal: bool | None = None,
+    ) -> None:
         self.quiet, self.log, self.total = quiet, log, total
         self.t0, self.start = time.monotonic(), start
         self.bar = None
-        if not quiet and total > start:
+        terminal = sys.stdout.isatty() if terminal is None else terminal
+        if not quiet and terminal and total > start:
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
