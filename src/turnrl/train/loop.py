@@ -22,17 +22,30 @@ import yaml
 from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
 from turnrl.algo.losses import policy_loss, sequence_logprobs, token_entropy
 from turnrl.chat import ChatRenderer, HermesToolCallParser
-from turnrl.envs.registry import Family, make_family
+from turnrl.envs.base import blocking_tool_stats
+from turnrl.envs.registry import Family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.batch import Batch, collate
-from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
+from turnrl.train.checkpoint import (
+    CheckpointError,
+    keep_copy,
+    load_checkpoint,
+    save_checkpoint,
+)
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy
-from turnrl.train.metrics import MetricsWriter, Progress, trajectory_metrics
+from turnrl.train.metrics import (
+    MetricsWriter,
+    Progress,
+    count_resume,
+    ending_warning,
+    trajectory_metrics,
+)
+from turnrl.train.preflight import preflight
 from turnrl.train.setup import build_model
 from turnrl.types import Trajectory
 
@@ -214,17 +227,16 @@ def train_on_batch(
 def train(
     cfg: TrainConfig, *, resume_dir: Path | None = None, quiet: bool = False, log: Log = print
 ) -> Path:
-    """Run training; returns the run directory."""
+    """Run training; returns the run directory. Bad model or env options raise ConfigError
+    before anything is written."""
     torch.set_num_threads(cfg.threads)
+    family, train_tasks, eval_tasks = preflight(cfg)
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    family = make_family(cfg.env.name, cfg.env.options)
-    train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
-    eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
     renderer = ChatRenderer(tokenizer, HermesToolCallParser(), turn_end_token(tokenizer))
     policy = HFPolicy(model, tokenizer.pad_token_id)
@@ -238,14 +250,16 @@ def train(
         weight_decay=cfg.optim.weight_decay,
     )
 
-    start_step = 0
+    start_step, resumes = 0, count_resume(run_dir) if resume_dir is not None else 0
     ckpt = run_dir / "checkpoints" / "last.pt"
     if resume_dir is not None and ckpt.exists():
         state = load_checkpoint(ckpt, model, optimizer)
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
-    writer = MetricsWriter(run_dir, truncate_from=start_step)
-    rollouts = make_rollouts(cfg, family, train_tasks, renderer, model, policy, params, start_step)
+    writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
+    rollouts = make_rollouts(
+        cfg, family, train_tasks, renderer, model, policy, params, start_step, log
+    )
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
 
     def run_eval(step: int) -> None:
@@ -262,15 +276,31 @@ def train(
                 batch_wait_s=cfg.rollout.batch_wait_s,
             )
         )
+        best = writer.best_eval()
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
         log(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
         )
+        if step > 0 and result.success > best:
+            save_checkpoint(
+                ckpt.with_name("best.pt"),
+                step=step,
+                version=policy.version,
+                model=model,
+                optimizer=optimizer,
+                extra={"eval/success": result.success},
+            )
 
+    def eval_due(step: int) -> bool:
+        return cfg.steps > 0 and (
+            step in (0, cfg.steps) or bool(cfg.eval_every and step % cfg.eval_every == 0)
+        )
+
+    saved = start_step  # the step of checkpoints/last.pt
     try:
-        if start_step == 0 and cfg.steps > 0:
-            run_eval(0)
+        if eval_due(start_step) and not writer.has_eval(start_step):
+            run_eval(start_step)  # also one a kill interrupted right after its checkpoint
         for step in range(start_step, cfg.steps):
             t0 = time.monotonic()
             rollout_metrics: dict[str, float] = {}
@@ -305,16 +335,30 @@ def train(
             }
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version
+            metrics["run/resumes"] = resumes
+            metrics.update(blocking_tool_stats())
             writer.write(metrics, trajs[:2], renderer)
-            if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            keep = cfg.checkpoint_keep_every and (step + 1) % cfg.checkpoint_keep_every == 0
+            if keep or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
                     ckpt, step=step + 1, version=policy.version, model=model, optimizer=optimizer
                 )
+                saved = step + 1
+                if keep:
+                    keep_copy(ckpt, step + 1, cfg.checkpoint_keep)
             progress.update(step + 1, metrics)
-            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != cfg.steps:
+            if warning := ending_warning(trajs, step + 1):
+                log(warning)
+            if eval_due(step + 1):
                 run_eval(step + 1)
-        if cfg.steps > 0 and start_step < cfg.steps:
-            run_eval(cfg.steps)
+    except (KeyboardInterrupt, OSError, CheckpointError) as e:
+        e.add_note(
+            f"the last checkpoint is step {saved} of {cfg.steps}; continue with: "
+            f"turnrl train --resume {run_dir}"
+            if saved
+            else f"no checkpoint yet; start over with: turnrl train --resume {run_dir}"
+        )
+        raise
     finally:
         if rollouts is not None:
             rollouts.close()
@@ -328,7 +372,15 @@ def train(
 
 
 def make_rollouts(
-    cfg: TrainConfig, family, train_tasks, renderer, model, policy, params, start_step: int
+    cfg: TrainConfig,
+    family,
+    train_tasks,
+    renderer,
+    model,
+    policy,
+    params,
+    start_step: int,
+    log: Log = print,
 ):
     """None for synchronous local rollouts; else a producer with ``get_batch``/``weights_updated``:
     asynchronous in-process (``mode=async``) or Ray actors (``distributed.backend=ray``)."""
@@ -352,6 +404,7 @@ def make_rollouts(
             limits=limits_of(cfg),
             max_concurrency=cfg.rollout.max_concurrency,
             batch_wait_s=cfg.rollout.batch_wait_s,
+            version=policy.version,
         )
         return RayRollouts(
             requests,
@@ -362,8 +415,10 @@ def make_rollouts(
             num_workers=d.num_workers,
             sync_every=cfg.sync_every,
             max_retries=d.max_retries,
+            max_replacements=d.max_replacements,
             address=d.address,
             num_cpus=d.num_cpus,
+            log=log,
         )
     from turnrl.rollout.async_rollout import AsyncRollouts
 
