@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from turnrl.train.metrics import read_jsonl  # noqa: E402
+from turnrl.types import TerminationReason  # noqa: E402
 
 PANELS = [
     ("Reward", ["reward/mean"]),
@@ -28,6 +29,10 @@ PANELS = [
         ["success/proxy", "success/true", "eval/success"],
     ),
     ("Hack rate and truncation rate", ["hack_rate", "truncation_rate"]),
+    (
+        "Episode endings (share of each step's episodes)",
+        [f"termination/{r.value}" for r in TerminationReason],
+    ),
     ("Episode lengths", ["episode/turns_mean"]),
     ("Tokens per episode", ["episode/tokens_mean"]),
     ("KL", ["kl"]),

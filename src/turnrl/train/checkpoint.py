@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class CheckpointError(RuntimeError):
 
     def __init__(self, path: Path, cause: BaseException) -> None:
         free = shutil.disk_usage(path.parent).free / 2**20
-        text = str(cause).strip()
+        text = re.sub(r"^\[enforce fail at [^\]]*\][\s.]*", "", str(cause).strip())  # torch's
         first = text.splitlines()[-1][:200] if text else type(cause).__name__
         kept = f"{path.name} is intact" if path.exists() else f"no {path.name} was written yet"
         super().__init__(
