@@ -309,9 +309,10 @@ def train(
                 trajs = rollout(cfg, family, requests, renderer, policy, params)
             else:
                 # Each episode is capped at episode_timeout_s; a batch far slower than that
-                # means the producer is stuck, which must fail the run, not hang it.
+                # (with two minutes for new Ray workers to start) means the producer is
+                # stuck, which must fail the run, not hang it.
                 trajs, rollout_metrics = rollouts.get_batch(
-                    step, timeout_s=4 * cfg.rollout.episode_timeout_s
+                    step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
                 )
             t1 = time.monotonic()
             screen_metrics = (
