@@ -412,6 +412,13 @@ def test_eval_of_a_mistyped_run_directory(tmp_path, monkeypatch):
     )
 
 
+def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
+    assert fails(["train", "--resume", str(tmp_path)]) == (
+        f"--resume {tmp_path}: not a run directory (no config.yaml); give the directory a run "
+        "was written to, such as runs/NAME\n"
+    )
+
+
 def test_audit_of_an_env_it_cannot_audit(tmp_path):
     assert fails(["audit", "--env", "tools", "--out", str(tmp_path / "a.json")]) == (
         "audit --env tools: mutation audits need the code env's gold solutions and tests; use "

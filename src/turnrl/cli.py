@@ -111,8 +111,10 @@ def train(
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
-            console.print(f"[red]--resume[/red]: {resume} has no config.yaml; not a run directory")
-            raise typer.Exit(2)
+            raise _bad_input(
+                f"--resume {resume}: not a run directory (no config.yaml); give the directory "
+                "a run was written to, such as runs/NAME"
+            )
         cfg = _config(resume / "config.yaml", overrides)
     else:
         cfg = _config(config, overrides)
