@@ -221,6 +221,9 @@ def audit(run_dir: Path, steps: int, launches: list[int], kills: int) -> tuple[d
             problems.append(f"step {r['step']}: {deaths} workers died, {replaced} replaced")
         seen["replaced"] += replaced
         prev = r
+    dropped = sum(r["async/dropped"] for r in train)
+    if dropped:
+        problems.append(f"{dropped} trajectories were dropped as stale")
     resumes = int(train[-1]["run/resumes"])
     if resumes != kills:
         problems.append(f"{kills} process kills but run/resumes = {resumes}")
@@ -234,6 +237,7 @@ def audit(run_dir: Path, steps: int, launches: list[int], kills: int) -> tuple[d
             Counter(f["kind"] for f in fired)
         ),
         "workers replaced": seen["replaced"],
+        "trajectories dropped as stale": dropped,
         "process kills": kills,
         "resumes (run/resumes)": resumes,
     }

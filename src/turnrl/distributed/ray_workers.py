@@ -110,7 +110,12 @@ class RolloutWorker:
             self.policy.model.load_state_dict(state_dict)
             self.policy.version = version
 
-    async def run(self, request: EpisodeRequest) -> Trajectory:
+    async def run(self, request: EpisodeRequest, min_version: int = 0) -> Trajectory:
+        """Play one episode once this worker holds weights of at least ``min_version``: the
+        trainer's weight push and the episodes after it are separate actor calls that may
+        arrive in either order, and an episode begun on the old weights would be stale."""
+        while self.policy.version < min_version:
+            await asyncio.sleep(0.01)
         if self.batcher is None:  # created on the actor's own event loop
             self.batcher = GenerationBatcher(
                 self.policy, self.spec.params, max_wait_s=self.spec.batch_wait_s
@@ -270,7 +275,7 @@ class RayRollouts:
             self.load[job.worker] += 1
             job.attempts += 1
             job.actor = self.workers[job.worker]
-            pending[job.actor.run.remote(job.request)] = job
+            pending[job.actor.run.remote(job.request, self._synced)] = job
 
     def _produce(self) -> None:
         ray = _ray()
