@@ -388,8 +388,8 @@ def test_malformed_overrides():
     )
     assert fails(["train", "rollout.group_size=[1,"]) == (
         "config error: 'rollout.group_size=[1,': the value is not valid YAML (line 1, column 4: "
-        "expected the node content, but found '<stream end>'); quote it, e.g. "
-        "rollout.group_size='\"[1,\"' (nothing was started)\n"
+        "expected the node content, but found '<stream end>'); fix it, or quote a string "
+        "value (nothing was started)\n"
     )
 
 

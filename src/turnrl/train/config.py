@@ -194,8 +194,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError as e:
             problems.append(
-                f"{item!r}: the value is not valid YAML ({yaml_problem(e)}); quote it, "
-                f"e.g. {key}='\"{raw}\"'"
+                f"{item!r}: the value is not valid YAML ({yaml_problem(e)}); fix it, or "
+                "quote a string value"
             )
             continue
         node = out
