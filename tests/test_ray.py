@@ -138,6 +138,7 @@ def test_killed_workers_rerun_then_env_error_and_run_goes_on(cluster, parts):
         num_workers=3,
         cpus_per_worker=0.5,
         max_retries=1,
+        max_replacements=0,  # dead workers stay dead here (replacement: test_faults)
     ) as rollouts:
         pids = set(rollouts.worker_pids())
         assert len(pids) == 3 and os.getpid() not in pids

@@ -1,22 +1,85 @@
-"""The ``turnrl`` command line."""
+"""The ``turnrl`` command line.
+
+Every command runs inside :class:`_Commands`, which turns an error into one or two lines
+(the file, field or path, and what to do) and an exit code: 2 for bad input, 130 for Ctrl-C,
+1 otherwise. ``--debug`` anywhere on the command line shows the traceback instead.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 
 from turnrl.train.config import ConfigError, load_config, recipe_names
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="RL for multi-step, tool-using LLM agents."
-)
 console = Console()
+errors = Console(stderr=True, soft_wrap=True)  # soft_wrap: one message stays one line
+
+
+def explain(e: BaseException) -> tuple[int, list[str]]:
+    """The exit code and the lines a user sees for an error escaping a command."""
+    notes = list(getattr(e, "__notes__", []))
+    if isinstance(e, KeyboardInterrupt):
+        return 130, ["interrupted", *notes]
+    if isinstance(e, ConfigError):
+        lines = str(e).splitlines()
+        if len(lines) == 1:
+            return 2, [f"config error: {lines[0]} (nothing was started)"]
+        return 2, ["config error (nothing was started):", *(f"  {ln}" for ln in lines)]
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return 2, [
+            f"error: cannot write {e.filename or 'a file'}: {e.strerror}; use a writable "
+            "directory (for a run: runs_dir=DIR)",
+            *notes,
+        ]
+    if isinstance(e, OSError) and e.filename:
+        return 1, [f"error: {e.filename}: {e.strerror}", *notes]
+    first = (str(e).strip().splitlines() or [""])[0][:500]
+    if type(e).__name__ == "CheckpointError":  # its message names the file and what is intact
+        return 1, [f"error: {first}", *notes]
+    head = f"error: {type(e).__name__}: {first}" if first else f"error: {type(e).__name__}"
+    return 1, [head, *(notes or ["run the command again with --debug for the traceback"])]
+
+
+class _Commands(typer.core.TyperGroup):
+    """The command group with the shared error handling (see the module docstring)."""
+
+    debug = False
+
+    def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        _Commands.debug = "--debug" in args
+        return super().main([x for x in args if x != "--debug"], *a, **kw)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except (Exception, KeyboardInterrupt) as e:
+            if _Commands.debug:
+                raise
+            code, lines = explain(e)
+            for line in lines:
+                errors.print(line, markup=False, highlight=False)
+            raise typer.Exit(code) from None
+
+
+app = typer.Typer(
+    cls=_Commands,
+    add_completion=False,
+    no_args_is_help=True,
+    help="RL for multi-step, tool-using LLM agents. Add --debug to any command to see the "
+    "full traceback of an error.",
+)
 
 Overrides = Annotated[
     list[str] | None,
@@ -25,13 +88,12 @@ Overrides = Annotated[
 
 
 def _config(config: Path | None, overrides: list[str] | None):
-    try:
-        return load_config(config, overrides or [])
-    except ConfigError as e:
-        console.print("[red]config error[/red] (nothing was started):")
-        for line in str(e).splitlines():
-            console.print(f"  {line}")
-        raise typer.Exit(2) from None
+    return load_config(config, overrides or [])  # a ConfigError becomes exit 2 (explain)
+
+
+def _bad_input(message: str) -> typer.Exit:
+    errors.print(message, markup=False, highlight=False)
+    return typer.Exit(2)
 
 
 @contextmanager
@@ -86,8 +148,10 @@ def train(
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
-            console.print(f"[red]--resume[/red]: {resume} has no config.yaml; not a run directory")
-            raise typer.Exit(2)
+            raise _bad_input(
+                f"--resume {resume}: not a run directory (no config.yaml); give the directory "
+                "a run was written to, such as runs/NAME"
+            )
         cfg = _config(resume / "config.yaml", overrides)
     else:
         cfg = _config(config, overrides)
@@ -131,6 +195,7 @@ def evaluate(
     """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns.
     With --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
     from turnrl.train.eval_cli import run_eval
+    from turnrl.train.preflight import check_model
 
     if endpoint is not None:
         _eval_endpoint(
@@ -159,6 +224,14 @@ def evaluate(
     if (run_dir / "config.yaml").exists():
         cfg = _config(run_dir / "config.yaml", overrides)
     else:
+        try:
+            check_model(target, field="eval TARGET")
+        except ConfigError:
+            raise _bad_input(
+                f"eval: {target} is neither a run directory (no {target}/config.yaml) nor a "
+                "model directory; give a run directory such as runs/NAME, a model directory, "
+                "tiny or smollm2"
+            ) from None
         cfg = _config(None, [*(overrides or []), f"model.name={target}"])
         run_dir = None
     if k > 1 and cfg.rollout.held_out_temperature == 0:
@@ -319,6 +392,11 @@ def audit(
     from turnrl.rewards.audit import parse_kinds, run_audit
     from turnrl.train.config import parse_overrides
 
+    if env not in ("code", "code-weak"):
+        raise _bad_input(
+            f"audit --env {env}: mutation audits need the code env's gold solutions and "
+            "tests; use --env code or --env code-weak"
+        )
     options = parse_overrides(option or [])
     try:
         kinds_used = parse_kinds(kinds)
@@ -381,10 +459,7 @@ def doctor(
 
 
 def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+    app()
 
 
 if __name__ == "__main__":

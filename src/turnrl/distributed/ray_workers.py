@@ -16,9 +16,15 @@ results back with ``ray.wait``. Episodes in flight continue with new weights as 
 (``continue_new``; each token keeps its version).
 
 Failures: when a worker dies (killed, OOM, node lost), each of its episodes in flight is re-run
-from scratch on a surviving worker, up to ``max_retries`` times; after that it is recorded as an
-``ENV_ERROR`` trajectory (no action tokens, so it carries no gradient). The run goes on with the
-workers that remain; only when none is left does ``get_batch`` raise.
+from scratch on another worker, up to ``max_retries`` times; after that it is recorded as an
+``ENV_ERROR`` trajectory (no action tokens, so it carries no gradient). The dead worker is
+replaced by a new actor with the current weights, up to ``max_replacements`` times per run, each
+with a log line; after that the run goes on with the workers that remain, and only when none is
+left does ``get_batch`` raise.
+
+Versions: the spec's ``version`` is the policy version of its weights, so a resumed run's
+workers tag their tokens with the restored version (not 0, which would make every episode
+look stale and be dropped).
 
 Ray is an optional extra (``pip install turnrl[ray]``); it is imported only when used. By default
 a local cluster is started (``ray.init(num_cpus=..., include_dashboard=False)``); pass
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import os
 import threading
@@ -67,6 +74,7 @@ class WorkerSpec:
     pad_token_id: int
     params: SamplingParams
     limits: RolloutLimits
+    version: int = 0  # policy version of ``model``'s weights (a resumed run's, after resume)
     max_concurrency: int = 64  # episodes at once per worker
     batch_wait_s: float = 0.05
     threads: int = 1  # torch intra-op threads per worker
@@ -85,6 +93,7 @@ class RolloutWorker:
         self.family = spec.make_family()
         spec.model.eval().requires_grad_(False)
         self.policy = HFPolicy(spec.model, spec.pad_token_id)
+        self.policy.version = spec.version
         self.batcher: GenerationBatcher | None = None
         self.gate: asyncio.Semaphore | None = None
 
@@ -101,7 +110,12 @@ class RolloutWorker:
             self.policy.model.load_state_dict(state_dict)
             self.policy.version = version
 
-    async def run(self, request: EpisodeRequest) -> Trajectory:
+    async def run(self, request: EpisodeRequest, min_version: int = 0) -> Trajectory:
+        """Play one episode once this worker holds weights of at least ``min_version``: the
+        trainer's weight push and the episodes after it are separate actor calls that may
+        arrive in either order, and an episode begun on the old weights would be stale."""
+        while self.policy.version < min_version:
+            await asyncio.sleep(0.01)
         if self.batcher is None:  # created on the actor's own event loop
             self.batcher = GenerationBatcher(
                 self.policy, self.spec.params, max_wait_s=self.spec.batch_wait_s
@@ -120,6 +134,7 @@ class _Job:
     request: EpisodeRequest
     version_start: int
     worker: int = -1
+    actor: Any = None  # the handle it ran on (a replaced worker's slot holds a new one)
     attempts: int = 0
 
 
@@ -152,9 +167,11 @@ class RayRollouts:
         num_workers: int = 2,
         sync_every: int = 1,
         max_retries: int = 1,
+        max_replacements: int = 4,
         address: str | None = None,
         num_cpus: int = 2,
         cpus_per_worker: float = 1.0,
+        log: Callable[[str], None] = print,
     ) -> None:
         if sync_every < 1 or sync_every > max_staleness + 1:
             raise ValueError(
@@ -170,15 +187,19 @@ class RayRollouts:
             else:
                 ray.init(num_cpus=num_cpus, include_dashboard=False)
         self.policy, self.sync_every, self.max_retries = policy, sync_every, max_retries
+        self.max_replacements, self.log = max_replacements, log
         self.buffer = TrajectoryBuffer(batch_size, max_staleness, policy.version)
         self.requests = requests
-        actor = ray.remote(num_cpus=cpus_per_worker)(RolloutWorker)
-        spec_ref = ray.put(spec)
-        self.workers = [actor.remote(spec_ref) for _ in range(num_workers)]
+        if spec.version != policy.version:
+            spec = dataclasses.replace(spec, version=policy.version)
+        self._actor = ray.remote(num_cpus=cpus_per_worker)(RolloutWorker)
+        self._spec_ref = ray.put(spec)
+        self._weights: tuple[int, Any] | None = None  # the last (version, state ref) pushed
+        self.workers = [self._actor.remote(self._spec_ref) for _ in range(num_workers)]
         self.alive = [True] * num_workers
         self.load = [0] * num_workers  # episodes in flight per worker
         self._synced = policy.version
-        self.counts = collections.Counter()  # worker_deaths, retried, lost
+        self.counts = collections.Counter()  # worker_deaths, retried, lost, replaced
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ray-rollouts", daemon=True)
@@ -193,7 +214,7 @@ class RayRollouts:
         metrics["async/policy_version"] = float(self.buffer.version)
         with self._lock:
             metrics["ray/workers_alive"] = float(sum(self.alive))
-            for key in ("worker_deaths", "retried", "lost"):
+            for key in ("worker_deaths", "retried", "lost", "replaced"):
                 metrics[f"ray/{key}"] = float(self.counts[key])
         return trajs, metrics
 
@@ -209,6 +230,7 @@ class RayRollouts:
             }
             ref = ray.put(state)
             with self._lock:
+                self._weights = (version, ref)
                 for w, alive in zip(self.workers, self.alive):
                     if alive:
                         w.set_weights.remote(version, ref)
@@ -252,7 +274,8 @@ class RayRollouts:
             job.worker = min(live, key=lambda i: self.load[i])
             self.load[job.worker] += 1
             job.attempts += 1
-            pending[self.workers[job.worker].run.remote(job.request)] = job
+            job.actor = self.workers[job.worker]
+            pending[job.actor.run.remote(job.request, self._synced)] = job
 
     def _produce(self) -> None:
         ray = _ray()
@@ -284,11 +307,12 @@ class RayRollouts:
             for ref in done:
                 job = pending.pop(ref)
                 with self._lock:
-                    self.load[job.worker] -= 1
+                    if self.workers[job.worker] is job.actor:
+                        self.load[job.worker] -= 1
                 try:
                     traj = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
-                    self._worker_died(job.worker)
+                    self._worker_died(job.worker, job.actor, e)
                     if job.attempts <= self.max_retries:
                         self.counts["retried"] += 1
                         self._submit(job, pending)
@@ -305,8 +329,27 @@ class RayRollouts:
             except Exception:
                 pass
 
-    def _worker_died(self, i: int) -> None:
+    def _worker_died(self, i: int, actor: Any, error: BaseException) -> None:
+        """Mark worker ``i`` dead and, while the budget lasts, start a new actor in its slot
+        with the latest weights pushed (or the spec's, before any push)."""
         with self._lock:
-            if self.alive[i]:
-                self.alive[i] = False
-                self.counts["worker_deaths"] += 1
+            if not self.alive[i] or self.workers[i] is not actor:
+                return  # already handled (another of its episodes reported it)
+            self.alive[i] = False
+            self.counts["worker_deaths"] += 1
+            if self.counts["replaced"] >= self.max_replacements:
+                self.log(
+                    f"ray: rollout worker {i} died ({type(error).__name__}); not replaced "
+                    f"(distributed.max_replacements={self.max_replacements} used), "
+                    f"{sum(self.alive)} left"
+                )
+                return
+            worker = self._actor.remote(self._spec_ref)
+            if self._weights is not None:
+                worker.set_weights.remote(*self._weights)
+            self.workers[i], self.alive[i], self.load[i] = worker, True, 0
+            self.counts["replaced"] += 1
+            self.log(
+                f"ray: rollout worker {i} died ({type(error).__name__}); replaced by a new one "
+                f"({self.counts['replaced']}/{self.max_replacements} replacements used)"
+            )

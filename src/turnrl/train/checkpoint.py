@@ -1,9 +1,17 @@
-"""Checkpoints: one file, replaced atomically, so a kill at any moment leaves the last good one."""
+"""Checkpoints, each written to a temporary file and renamed, so a kill or a full disk at any
+moment leaves the previous good one.
+
+A run directory's ``checkpoints/`` holds ``last.pt`` (what ``--resume`` continues from),
+``best.pt`` (the best held-out success so far) and ``step-NNNNNN.pt`` every
+``checkpoint_keep_every`` steps, of which the newest ``checkpoint_keep`` are kept.
+"""
 
 from __future__ import annotations
 
 import os
 import random
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +47,43 @@ def save_checkpoint(
         "extra": extra or {},
     }
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    try:
+        torch.save(state, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(path, e) from None
     os.replace(tmp, path)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (disk full, no permission); the previous file at
+    ``path`` is untouched."""
+
+    def __init__(self, path: Path, cause: BaseException) -> None:
+        free = shutil.disk_usage(path.parent).free / 2**20
+        text = re.sub(r"^\[enforce fail at [^\]]*\][\s.]*", "", str(cause).strip())  # torch's
+        first = text.splitlines()[-1][:200] if text else type(cause).__name__
+        kept = f"{path.name} is intact" if path.exists() else f"no {path.name} was written yet"
+        super().__init__(
+            f"could not write checkpoint {path} ({first}; {free:.0f} MiB free); {kept}"
+        )
+        self.path = path
+
+
+def keep_copy(last: Path, step: int, keep: int) -> Path:
+    """Keep ``last`` as ``step-NNNNNN.pt`` beside it (a hard link where possible, so no second
+    copy on disk) and delete the oldest such files beyond ``keep``."""
+    target = last.with_name(f"step-{step:06d}.pt")
+    target.unlink(missing_ok=True)
+    try:
+        os.link(last, target)
+    except OSError:
+        shutil.copyfile(last, target)
+    for old in sorted(last.parent.glob("step-*.pt"))[:-keep]:
+        old.unlink()
+    return target
 
 
 def load_checkpoint(

@@ -207,6 +207,7 @@ class DistributedConfig(Strict):
     num_workers: int = Field(2, ge=1)
     num_cpus: int = Field(2, ge=1)  # for the local cluster
     max_retries: int = Field(1, ge=0)  # re-runs of a dead worker's episodes
+    max_replacements: int = Field(4, ge=0)  # dead workers replaced by new ones, per run
 
 
 class LoggingConfig(Strict):
@@ -228,7 +229,9 @@ class TrainConfig(Strict):
     )
     sync_every: int = Field(1, ge=1)  # async/ray: push weights to the samplers every k updates
     eval_every: int = Field(0, ge=0)  # 0 = only at start and end
-    checkpoint_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(1, ge=1)  # rewrite checkpoints/last.pt every N steps
+    checkpoint_keep_every: int = Field(0, ge=0)  # also keep step-N.pt every N steps (0: none)
+    checkpoint_keep: int = Field(3, ge=1)  # the newest step-N.pt files kept
     runs_dir: str = "runs"
     threads: int = Field(2, ge=1)
     model: ModelConfig = ModelConfig()
@@ -277,7 +280,14 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key:
             problems.append(f"{item!r}: expected key=value")
             continue
-        value = yaml.safe_load(raw) if raw else ""
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as e:
+            problems.append(
+                f"{item!r}: the value is not valid YAML ({yaml_problem(e)}); fix it, or "
+                "quote a string value"
+            )
+            continue
         node = out
         *parents, leaf = key.split(".")
         for p in parents:
@@ -290,6 +300,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     if problems:
         raise ConfigError("\n".join(problems))
     return out
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """One line for a YAML error: its position and what is wrong (PyYAML's own text names
+    the "<unicode string>" it parsed and quotes the source over several lines)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + problem
 
 
 def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -310,7 +329,12 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] = ()
     cli = parse_overrides(list(overrides))
     recipe = cli.pop("recipe", None)
     if config_file is not None:
-        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        if not Path(config_file).is_file():
+            raise ConfigError(f"--config {config_file}: no such file")
+        try:
+            loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{config_file}: not valid YAML: {yaml_problem(e)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{config_file}: top level must be a mapping")
         recipe = loaded.pop("recipe", None) if recipe is None else recipe

@@ -20,23 +20,32 @@ import torch
 import yaml
 
 from turnrl.chat import ChatRenderer, check_model_template, check_template
-from turnrl.envs.registry import Family, make_family
+from turnrl.envs.base import blocking_tool_stats
+from turnrl.envs.registry import Family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import place
 from turnrl.rewards.screeners import apply_screeners
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.batch import collate
-from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
+from turnrl.train.checkpoint import (
+    CheckpointError,
+    keep_copy,
+    load_checkpoint,
+    save_checkpoint,
+)
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
 from turnrl.train.metrics import (
     MetricsWriter,
     Progress,
+    count_resume,
+    ending_warning,
     silence_library_progress,
     trajectory_metrics,
 )
+from turnrl.train.preflight import preflight
 from turnrl.train.setup import build_model
 from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
 from turnrl.types import Trajectory
@@ -93,13 +102,15 @@ def rollout(
 def train(
     cfg: TrainConfig, *, resume_dir: Path | None = None, quiet: bool = False, log: Log = print
 ) -> Path:
-    """Run training; returns the run directory."""
+    """Run training; returns the run directory. Bad model or env options raise ConfigError
+    before anything is written."""
     torch.set_num_threads(cfg.threads)
-    if cfg.model.name != "tiny":  # the template contract, before anything is written
-        check_model_template(cfg.model.name, cfg.model.tool_format)
     if cfg.logging.wandb:
         require_wandb()
     silence_library_progress()
+    family, train_tasks, eval_tasks = preflight(cfg)
+    if cfg.model.name != "tiny":  # the template contract, before anything is written
+        check_model_template(cfg.model.name, cfg.model.tool_format)
     run_dir = resume_dir or _new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
@@ -107,9 +118,6 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
-    train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
-    eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
     model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
@@ -125,7 +133,7 @@ def train(
     trainable += list(critic.parameters()) if critic is not None else []
     optimizer = torch.optim.AdamW(trainable, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
 
-    start_step = 0
+    start_step, resumes = 0, count_resume(run_dir) if resume_dir is not None else 0
     ckpt = run_dir / "checkpoints" / "last.pt"
     if resume_dir is not None and ckpt.exists():
         state = load_checkpoint(ckpt, model, optimizer, critic=critic)
@@ -133,7 +141,7 @@ def train(
         log(f"resumed {run_dir} at step {start_step}")
     if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
         save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
-    writer = MetricsWriter(run_dir, truncate_from=start_step)
+    writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
     records = RecordWriter(
         run_dir,
         record_groups=cfg.logging.record_groups,
@@ -143,7 +151,9 @@ def train(
         truncate_from=start_step,
     )
     wandb_log = WandbLogger(run_dir, cfg) if cfg.logging.wandb else None
-    rollouts = make_rollouts(cfg, family, train_tasks, renderer, model, policy, params, start_step)
+    rollouts = make_rollouts(
+        cfg, family, train_tasks, renderer, model, policy, params, start_step, log
+    )
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
 
     def run_eval(step: int) -> None:
@@ -160,6 +170,7 @@ def train(
                 batch_wait_s=cfg.rollout.batch_wait_s,
             )
         )
+        best = writer.best_eval()
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
         if wandb_log is not None:
             wandb_log.log(step, result.as_metrics("eval"))
@@ -167,11 +178,27 @@ def train(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
         )
+        if step > 0 and result.success > best:
+            save_checkpoint(
+                ckpt.with_name("best.pt"),
+                step=step,
+                version=policy.version,
+                model=model,
+                optimizer=optimizer,
+                extra={"eval/success": result.success},
+            )
 
     zero_streak = 0
+
+    def eval_due(step: int) -> bool:
+        return cfg.steps > 0 and (
+            step in (0, cfg.steps) or bool(cfg.eval_every and step % cfg.eval_every == 0)
+        )
+
+    saved = start_step  # the step of checkpoints/last.pt
     try:
-        if start_step == 0 and cfg.steps > 0:
-            run_eval(0)
+        if eval_due(start_step) and not writer.has_eval(start_step):
+            run_eval(start_step)  # also one a kill interrupted right after its checkpoint
         for step in range(start_step, cfg.steps):
             t0 = time.monotonic()
             rollout_metrics: dict[str, float] = {}
@@ -180,9 +207,10 @@ def train(
                 trajs = rollout(cfg, family, requests, renderer, policy, params)
             else:
                 # Each episode is capped at episode_timeout_s; a batch far slower than that
-                # means the producer is stuck, which must fail the run, not hang it.
+                # (with two minutes for new Ray workers to start) means the producer is
+                # stuck, which must fail the run, not hang it.
                 trajs, rollout_metrics = rollouts.get_batch(
-                    step, timeout_s=4 * cfg.rollout.episode_timeout_s
+                    step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
                 )
             t1 = time.monotonic()
             screen_metrics = (
@@ -225,11 +253,14 @@ def train(
             }
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version
+            metrics["run/resumes"] = resumes
+            metrics.update(blocking_tool_stats())
             writer.write(metrics, trajs[:2], renderer)
             recorded = records.write(step + 1, trajs, per_token)
             if wandb_log is not None:
                 wandb_log.log(step + 1, metrics, recorded)
-            if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            keep = cfg.checkpoint_keep_every and (step + 1) % cfg.checkpoint_keep_every == 0
+            if keep or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
                     ckpt,
                     step=step + 1,
@@ -239,11 +270,22 @@ def train(
                     critic=critic,
                 )
                 save_policy(run_dir, model, tokenizer, cfg.model.name, step + 1)
+                saved = step + 1
+                if keep:
+                    keep_copy(ckpt, step + 1, cfg.checkpoint_keep)
             progress.update(step + 1, metrics)
-            if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != cfg.steps:
+            if warning := ending_warning(trajs, step + 1):
+                log(warning)
+            if eval_due(step + 1):
                 run_eval(step + 1)
-        if cfg.steps > 0 and start_step < cfg.steps:
-            run_eval(cfg.steps)
+    except (KeyboardInterrupt, OSError, CheckpointError) as e:
+        e.add_note(
+            f"the last checkpoint is step {saved} of {cfg.steps}; continue with: "
+            f"turnrl train --resume {run_dir}"
+            if saved
+            else f"no checkpoint yet; start over with: turnrl train --resume {run_dir}"
+        )
+        raise
     finally:
         if rollouts is not None:
             rollouts.close()
@@ -257,7 +299,15 @@ def train(
 
 
 def make_rollouts(
-    cfg: TrainConfig, family, train_tasks, renderer, model, policy, params, start_step: int
+    cfg: TrainConfig,
+    family,
+    train_tasks,
+    renderer,
+    model,
+    policy,
+    params,
+    start_step: int,
+    log: Log = print,
 ):
     """None for synchronous local rollouts; else a producer with ``get_batch``/``weights_updated``:
     asynchronous in-process (``mode=async``) or Ray actors (``distributed.backend=ray``)."""
@@ -281,6 +331,7 @@ def make_rollouts(
             limits=limits_of(cfg),
             max_concurrency=cfg.rollout.max_concurrency,
             batch_wait_s=cfg.rollout.batch_wait_s,
+            version=policy.version,
         )
         return RayRollouts(
             requests,
@@ -291,8 +342,10 @@ def make_rollouts(
             num_workers=d.num_workers,
             sync_every=cfg.sync_every,
             max_retries=d.max_retries,
+            max_replacements=d.max_replacements,
             address=d.address,
             num_cpus=d.num_cpus,
+            log=log,
         )
     from turnrl.rollout.async_rollout import AsyncRollouts
 

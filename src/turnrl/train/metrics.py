@@ -3,18 +3,64 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from turnrl.types import Trajectory
+from turnrl.types import TerminationReason, Trajectory
+
+logger = logging.getLogger("turnrl")
+
+# A step where more than this share of episodes ended in ENV_ERROR or TIMEOUT gets a console
+# warning: such episodes carry no reward signal, and a broken env otherwise trains silently.
+ERROR_WARN_SHARE = 0.1
 
 
 def read_jsonl(path: Path | str) -> list[dict]:
-    """The records of a run's ``metrics.jsonl`` or ``samples.jsonl``; [] if it does not exist."""
+    """The records of a run's ``metrics.jsonl`` or ``samples.jsonl``; [] if it does not exist.
+
+    These files are append-only, so a crash mid-write leaves at most a torn last line: it is
+    dropped with a warning naming the file. A bad line anywhere else raises ValueError."""
     path = Path(path)
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln] if path.exists() else []
+    if not path.exists():
+        return []
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    out = []
+    for i, ln in enumerate(lines):
+        try:
+            out.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if i < len(lines) - 1:
+                raise ValueError(
+                    f"{path}: line {i + 1} is not JSON ({e.msg}); only a torn last line is "
+                    "expected after a crash: remove or fix that line"
+                ) from None
+            logger.warning(
+                f"warning: {path}: dropped a torn last line ({len(ln)} characters, the run "
+                "stopped mid-write)"
+            )
+    return out
+
+
+def ending_warning(trajs: list[Trajectory], step: int) -> str | None:
+    """A console line when env errors and timeouts pass ``ERROR_WARN_SHARE`` of a step's
+    episodes, quoting the first error; None otherwise."""
+    bad = [
+        t
+        for t in trajs
+        if t.termination in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT)
+    ]
+    if not trajs or len(bad) / len(trajs) <= ERROR_WARN_SHARE:
+        return None
+    counts = {r.value: sum(t.termination is r for t in bad) for r in TerminationReason}
+    parts = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
+    first = next((t.error for t in bad if t.error), "no message")
+    return (
+        f"warning: step {step}: {len(bad)}/{len(trajs)} episodes ended early ({parts}); "
+        f"first: {first[:300]}"
+    )
 
 
 def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
@@ -38,9 +84,8 @@ def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "episode/parse_errors_mean": mean("parse_errors"),
         "time/env_s_mean": mean("time/env_s"),
     }
-    for t in trajs:
-        key = f"termination/{t.termination.value}"
-        out[key] = out.get(key, 0.0) + 1.0 / n
+    for reason in TerminationReason:  # every ending, 0 included: the curves stay continuous
+        out[f"termination/{reason.value}"] = sum(t.termination is reason for t in trajs) / n
     return out
 
 
@@ -55,26 +100,53 @@ def sample_record(t: Trajectory, renderer) -> dict:
     }
 
 
+def count_resume(run_dir: Path) -> int:
+    """Record one more resume of ``run_dir`` (in ``run_dir/resumes``); returns the count, which
+    every metrics row carries as ``run/resumes``."""
+    path = run_dir / "resumes"
+    n = int(path.read_text() or 0) + 1 if path.exists() else 1
+    path.write_text(f"{n}\n")
+    return n
+
+
 class MetricsWriter:
-    def __init__(self, run_dir: Path, truncate_from: int = 0) -> None:
+    """Appends one row per training step and per evaluation to ``metrics.jsonl`` (and a few
+    sample trajectories to ``samples.jsonl``), mirrored to TensorBoard.
+
+    ``resume_step`` is the step of the checkpoint a resumed run starts from (None: a new run).
+    Rows after it belong to steps that will be redone and are dropped, so no step is written
+    twice; a run resumed with no checkpoint (0) starts over, its step-0 evaluation included.
+    """
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.samples = run_dir / "samples.jsonl"
-        # On resume, drop records of steps that will be redone (the step a kill interrupted).
+        self.rows: list[dict] = []
         for path in (self.path, self.samples):
+            rows = read_jsonl(path) if resume_step else []
+            keep = [r for r in rows if r["step"] <= (resume_step or 0)]
             if path.exists():
-                keep = [
-                    ln
-                    for ln in path.read_text().splitlines()
-                    if ln and json.loads(ln)["step"] <= truncate_from
-                ]
-                path.write_text("".join(k + "\n" for k in keep))
+                path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+            if path == self.path:
+                self.rows = keep
         from torch.utils.tensorboard import SummaryWriter
 
         self.tb = SummaryWriter(str(run_dir / "tensorboard"))
 
+    def has_eval(self, step: int) -> bool:
+        return any(r["step"] == step and "eval/success" in r for r in self.rows)
+
+    def best_eval(self) -> float:
+        """The best held-out success after training began (-1 before any)."""
+        return max(
+            (r["eval/success"] for r in self.rows if "eval/success" in r and r["step"] > 0),
+            default=-1.0,
+        )
+
     def write(self, metrics: dict[str, float], samples: list[Trajectory], renderer) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(metrics) + "\n")
+        self.rows.append(metrics)
         step = int(metrics["step"])
         for k, v in metrics.items():
             if k != "step" and isinstance(v, int | float):
