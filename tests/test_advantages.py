@@ -403,3 +403,11 @@ def test_parse_error_anchors_never_alias_different_states():
     assert b == [init, "X", ("parse_error", "X")]
     assert c == [init, ("parse_error", init), ("parse_error", ("parse_error", init))]
     assert a[1] != b[2]  # after a parse error, different states stay different step groups
+
+
+def test_unhashable_states_get_ids_after_a_parse_error():
+    ok = Turn(0, 0, 0, 0, [], 0, anchor={"files": ["a.py"]})
+    bad = Turn(0, 0, 0, 0, [], 0, anchor=("parse_error",), parse_error="no JSON")
+    anchors = acted_on_anchors(Trajectory("t", "g", 0, [], [], [], [], turns=[ok, bad, ok]))
+    assert anchors[2] == ("parse_error", "{'files': ['a.py']}")
+    assert anchor_ids_exact([anchors]).tolist() == [[0, 1, 2]]

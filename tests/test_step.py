@@ -185,7 +185,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(aggregation, ratio_l
             "algo.truncation=mask",
             "algo.kl_coef=0.1",
             "algo.entropy_coef=0.01",
-            "algo.value_clip=0.1",
+            *(["algo.value_clip=0.1"] if advantage == "gae_turn" else []),
             "algo.norm_tokens=16",
             "algo.eps_low=0.05",  # stale behaviour logprobs: many ratios are clipped
             "optim.grad_clip=1e9",
@@ -454,3 +454,22 @@ def test_zero_reward_streak_warns_every_third_step():
         streak = zero_reward_streak(streak, trajs, logs.append)
     assert streak == 6 and len(logs) == 2
     assert logs[0].startswith("warning: 3 steps in a row with every reward 0")
+
+
+def test_chunked_logprobs_through_a_lora_model():
+    """A LoRA-wrapped model (peft) splits into trunk and head too, adapters included."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        tiny_lm(torch.float32),
+        LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    batch = uneven_batch()
+    ids, attn, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
+    lp, _, _ = token_logprobs(model, ids, attn, mask, chunk=7)
+    ref = sequence_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids)
+    keep = mask.bool()
+    torch.testing.assert_close(lp[keep], ref[keep])
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    grads = torch.autograd.grad(lp.sum(), lora)
+    assert all(g.abs().sum() > 0 for g in grads)

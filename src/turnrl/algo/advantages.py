@@ -358,8 +358,17 @@ def acted_on_anchors(trajectory: Trajectory) -> list[Hashable]:
     out: list[Hashable] = []
     for turn in trajectory.turns:
         out.append(state)
-        state = ("parse_error", state) if turn.parse_error is not None else turn.anchor
+        state = ("parse_error", state) if turn.parse_error is not None else _hashable(turn.anchor)
     return out
+
+
+def _hashable(state: object) -> Hashable:
+    """The state itself when it hashes, else its ``repr`` (a dict or list state)."""
+    try:
+        hash(state)
+    except TypeError:
+        return repr(state)
+    return state
 
 
 def anchor_ids_exact(anchors: Sequence[Sequence[Hashable]], pad: int = -1) -> torch.Tensor:

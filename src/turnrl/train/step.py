@@ -277,8 +277,8 @@ def _pre_pass(
     dtype = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
     prox = torch.zeros(B, T, dtype=dtype) if need_prox else None
     ref = torch.zeros(B, T, dtype=dtype) if need_ref else None
-    values = torch.zeros(B, positions.shape[1], dtype=torch.float64) if critic else None
-    if not (need_prox or need_ref or critic):
+    values = torch.zeros(B, positions.shape[1], dtype=torch.float64) if critic is not None else None
+    if not (need_prox or need_ref or critic is not None):
         return prox, ref, values
     was_training = model.training
     model.eval()
@@ -315,12 +315,12 @@ def train_on_batch(
     """Advantages, then the minibatch loss over micro-batches with gradient accumulation, then
     an optimizer step per minibatch unless its gradient is non-finite (then skipped, counted)."""
     a = cfg.algo
-    rows_all = torch.arange(batch.input_ids.shape[0])
     lengths = batch.attention_mask.sum(-1)  # [B]
-    positions = None
-    if critic is not None:
+    positions = prox = ref_lp = old_values = None
+    if critic is not None:  # the advantages need V_old: one pass over every row with actions
         positions = turn_boundary_positions(batch.turn_index, batch.turn_mask, lengths)
-    prox, ref_lp, old_values = _pre_pass(cfg, model, ref_model, critic, batch, rows_all, positions)
+        acted = (batch.loss_mask.sum(-1) > 0).nonzero().flatten()
+        prox, ref_lp, old_values = _pre_pass(cfg, model, ref_model, critic, batch, acted, positions)
     adv = compute_advantages(
         a.advantage,
         rewards=batch.rewards,
@@ -369,6 +369,8 @@ def train_on_batch(
         )
     if len(rows) == 0:
         return out | {"loss": 0.0}
+    if critic is None:  # π_old and π_ref only where the loss will read them
+        prox, ref_lp, _ = _pre_pass(cfg, model, ref_model, None, batch, rows, None)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
     sums: dict[str, float] = {}
