@@ -33,6 +33,9 @@ class Batch:
     def rows(self, idx: torch.Tensor | list[int]) -> Batch:
         return Batch(**{k: v[idx] for k, v in self.__dict__.items()})
 
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+
 
 def collate(
     trajs: list[Trajectory],

@@ -275,9 +275,14 @@ def _pre_pass(
     B, T = batch.input_ids.shape
     need_prox, need_ref = a.is_correction != "none", ref_model is not None
     dtype = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
-    prox = torch.zeros(B, T, dtype=dtype) if need_prox else None
-    ref = torch.zeros(B, T, dtype=dtype) if need_ref else None
-    values = torch.zeros(B, positions.shape[1], dtype=torch.float64) if critic is not None else None
+    dev = batch.input_ids.device
+    prox = torch.zeros(B, T, dtype=dtype, device=dev) if need_prox else None
+    ref = torch.zeros(B, T, dtype=dtype, device=dev) if need_ref else None
+    values = (
+        torch.zeros(B, positions.shape[1], dtype=torch.float64, device=dev)
+        if critic is not None
+        else None
+    )
     if not (need_prox or need_ref or critic is not None):
         return prox, ref, values
     was_training = model.training
@@ -311,10 +316,16 @@ def train_on_batch(
     *,
     critic: TurnCritic | None = None,
     log: Log = print,
+    per_token: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Advantages, then the minibatch loss over micro-batches with gradient accumulation, then
-    an optimizer step per minibatch unless its gradient is non-finite (then skipped, counted)."""
+    an optimizer step per minibatch unless its gradient is non-finite (then skipped, counted).
+
+    ``per_token``, when given, is filled with ``[B, T]`` tensors for the trajectory records:
+    ``advantages``, and the ``trainer_logprobs`` and ``ratios`` each row had when it was first
+    trained on this step (NaN where it was not trained)."""
     a = cfg.algo
+    batch = batch.to(next(model.parameters()).device)
     lengths = batch.attention_mask.sum(-1)  # [B]
     positions = prox = ref_lp = old_values = None
     if critic is not None:  # the advantages need V_old: one pass over every row with actions
@@ -342,6 +353,10 @@ def train_on_batch(
         gigpo_norm=a.gigpo_norm,
     )
     adv.tokens = no_credit_for_malformed(adv.tokens, batch.malformed)
+    if per_token is not None:
+        per_token["advantages"] = adv.tokens.detach().cpu()
+        per_token["trainer_logprobs"] = torch.full(batch.loss_mask.shape, float("nan"))
+        per_token["ratios"] = torch.full(batch.loss_mask.shape, float("nan"))
     value_mask = None
     if critic is not None:
         value_mask = batch.turn_mask * adv.valid.unsqueeze(-1).to(batch.turn_mask.dtype)  # [B, K]
@@ -377,8 +392,8 @@ def train_on_batch(
     maxes: dict[str, float] = {}
     tokens_seen, losses, skipped = 0.0, [], 0
     model.train()
-    for _ in range(cfg.optim.epochs):
-        perm = rows[torch.randperm(len(rows), generator=gen)]
+    for epoch in range(cfg.optim.epochs):
+        perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
         for mb in perm.split(cfg.optim.minibatch_size):
             optimizer.zero_grad(set_to_none=True)
             totals = minibatch_totals(
@@ -403,6 +418,15 @@ def train_on_batch(
                 # logprobs are the trust region's centre; with a correction it is the proximal
                 # policy and the sampler's logprobs only enter the importance weight.
                 old = behavior if prox is None else prox[micro, :T]
+                if per_token is not None and epoch == 0:
+                    untrained = ~mask.bool()  # [b, T] values exist on trained tokens only
+                    lp = logprobs.detach().float()
+                    per_token["trainer_logprobs"][micro.cpu(), :T] = lp.masked_fill(
+                        untrained, float("nan")
+                    ).cpu()
+                    per_token["ratios"][micro.cpu(), :T] = (
+                        (lp - old.float()).exp().masked_fill(untrained, float("nan")).cpu()
+                    )
                 values = None
                 if critic is not None:
                     values = critic.values_from_hidden(hidden, positions[micro])  # [b, K+1]
