@@ -25,7 +25,7 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import Family, make_family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
-from turnrl.rewards.screeners import apply_screeners
+from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.batch import Batch, collate
@@ -48,6 +48,15 @@ def limits_of(cfg: TrainConfig) -> RolloutLimits:
         max_obs_tokens=r.max_obs_tokens,
         max_parse_errors=r.max_parse_errors,
         episode_timeout_s=r.episode_timeout_s,
+    )
+
+
+def rubric_of(cfg: TrainConfig) -> Rubric:
+    """The run's reward pipeline (``reward.*``): the one place training and eval rewards are
+    decided."""
+    r = cfg.reward
+    return build_rubric(
+        r.functions, grade_weight=r.grade_weight, screeners=r.screeners, zero_flagged=r.zero_flagged
     )
 
 
@@ -222,6 +231,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
+    rubric = rubric_of(cfg)
     family = make_family(cfg.env.name, cfg.env.options)
     train_tasks = family.tasks("train", cfg.env.train_tasks, seed=cfg.seed)
     eval_tasks = family.tasks("test", cfg.env.eval_tasks, seed=cfg.seed)
@@ -260,6 +270,7 @@ def train(
                 k=1,
                 seed=cfg.seed + 7,
                 batch_wait_s=cfg.rollout.batch_wait_s,
+                rubric=rubric,
             )
         )
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
@@ -284,11 +295,7 @@ def train(
                     step, timeout_s=4 * cfg.rollout.episode_timeout_s
                 )
             t1 = time.monotonic()
-            screen_metrics = (
-                apply_screeners(trajs, zero_reward=cfg.reward.zero_flagged)
-                if cfg.reward.screeners
-                else {}
-            )
+            reward_metrics = score_trajectories(trajs, rubric)
             batch = collate(trajs, tokenizer.pad_token_id)
             with policy.lock:  # no sampling from half-updated weights
                 train_metrics = train_on_batch(cfg, model, ref_model, optimizer, batch, step)
@@ -299,7 +306,7 @@ def train(
             metrics = {
                 "step": step + 1,
                 **trajectory_metrics(trajs),
-                **screen_metrics,
+                **reward_metrics,
                 **rollout_metrics,
                 **train_metrics,
             }
