@@ -179,19 +179,19 @@ class DistributedConfig(Strict):
 
 
 class TrainConfig(Strict):
-    name: str = "run"
-    seed: int = 0
-    steps: int = Field(8, ge=0)
-    mode: Literal["sync", "async"] = "sync"
+    name: str = "run"  # the run directory's name under runs_dir (a suffix is added if taken)
+    seed: int = 0  # tasks, episodes, model init and warm start all follow it
+    steps: int = Field(8, ge=0)  # RL steps (optimizer passes over one rollout batch each)
+    mode: Literal["sync", "async"] = "sync"  # async: rollouts go on while the trainer updates
     max_staleness: int = Field(1, ge=0)  # async: versions a trajectory may lag when trained on
     inflight: Literal["continue_new", "finish_old"] = (
         "continue_new"  # async episodes at a weight change
     )
     sync_every: int = Field(1, ge=1)  # async/ray: push weights to the samplers every k updates
     eval_every: int = Field(0, ge=0)  # 0 = only at start and end
-    checkpoint_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(1, ge=1)  # steps between checkpoints (the last always is one)
     runs_dir: str = "runs"
-    threads: int = Field(2, ge=1)
+    threads: int = Field(2, ge=1)  # torch CPU threads
     model: ModelConfig = ModelConfig()
     env: EnvConfig = EnvConfig()
     rollout: RolloutConfig = RolloutConfig()
