@@ -172,6 +172,32 @@ def test_training_moves_policy_towards_reward_and_writes_run_dir(tmp_path):
     assert any("cached SFT model" in line for line in logs)
 
 
+def test_rubric_decides_training_and_eval_rewards(tmp_path):
+    """The run's rubric (reward.*) decides the reward of every rollout and held-out episode:
+    here the env's grade plus a constant bonus of 0.25 from a function named by import path."""
+    cfg = load_config(
+        None,
+        BANDIT
+        + [
+            f"runs_dir={tmp_path}",
+            "steps=1",
+            "name=rubric",
+            "env.eval_tasks=8",
+            "reward.functions={tests.test_rewards:bonus: 1.0}",
+        ],
+    )
+    run_dir = train(cfg, quiet=True, log=lambda s: None)
+    rows = metrics(run_dir)
+    (step,) = [r for r in rows if "reward/mean" in r]
+    assert step["rubric/bonus"] == 0.25 and step["reward/excluded_rate"] == 0.0
+    assert step["reward/mean"] == pytest.approx(step["success/true"] + 0.25)
+    assert "screen/flagged_rate" in step and "rubric/env_reward" in step
+    evals = [r for r in rows if "eval/reward" in r]
+    assert len(evals) == 2
+    for r in evals:
+        assert r["eval/reward"] == pytest.approx(r["eval/success"] + 0.25)
+
+
 def _comparable(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("time/")}
 

@@ -33,6 +33,9 @@ class WebOptions(pydantic.BaseModel):
     test_fraction: float = pydantic.Field(0.2, gt=0, lt=1)  # start entities held out for test
     judge: Any = None  # any object with `async def chat(messages) -> str`
     timeout: float = pydantic.Field(5.0, gt=0)  # seconds per HTTP request
+    # the expert writes a copied name or value with the space it was read with, so a model
+    # that copies tokens (the tiny model) writes the tokens it read (see web.agents)
+    copy_spaces: bool = False
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> WebOptions:
@@ -107,6 +110,7 @@ class WebFamily:
             task.payload["label"],
             seed=hash_seed(task, seed),
             noise=noise,
+            lead=" " if self.options.copy_spaces else "",
         )
 
     def baseline(self, task: Task) -> DoNothingAgent:
