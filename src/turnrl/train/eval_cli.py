@@ -11,7 +11,7 @@ from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import load_model, load_tokenizer, turn_end_token
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import evaluate_policy, evaluate_scripted
-from turnrl.train.loop import _sampling, limits_of
+from turnrl.train.loop import _sampling, limits_of, rubric_of
 
 
 def _load(cfg: TrainConfig, run_dir: Path | None):
@@ -67,6 +67,7 @@ def run_eval(
                 limits_of(cfg),
                 k=k,
                 seed=cfg.seed,
+                rubric=rubric_of(cfg),
             )
         )
         out: dict = {
