@@ -48,6 +48,7 @@ BANDIT = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=24",
     "rollout.max_context_tokens=512",
+    "sft.enabled=true",
     "sft.episodes=200",
     "sft.noise=0.9",
     "sft.epochs=10",
@@ -56,9 +57,9 @@ BANDIT = [
     "optim.lr=0.001",
     "optim.minibatch_size=32",
     "optim.micro_batch_size=32",
-    "model.vocab_size=320",
-    "model.hidden_size=64",
-    "model.layers=2",
+    "tiny.vocab_size=320",
+    "tiny.hidden_size=64",
+    "tiny.layers=2",
     "seed=1",
 ]
 

@@ -1,7 +1,7 @@
 """Sandbox overhead: one sandboxed `python -c pass` against the same command as a plain
 subprocess, and 32 concurrent sandboxed pytest runs against 32 plain ones.
 
-Target (issue 4): sandbox p50 under 1.5x plain, or under 30 ms added.
+Target: sandbox p50 under 1.5x plain, or under 30 ms added.
 
     .venv/bin/python benchmarks/sandbox.py [--runs 50] [--concurrent 32]
 """

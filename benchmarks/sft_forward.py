@@ -21,7 +21,8 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import packed_logits, pad_right, shared_prefix_logits
 from turnrl.policy.models import turn_end_token
-from turnrl.policy.tiny import tiny_model
+from turnrl.tiny.model import tiny_model
+from turnrl.tiny.warm_start import env_tokenizer
 from turnrl.train import setup
 from turnrl.train.config import load_config
 from turnrl.train.sft import batch_logits, render_demo
@@ -38,8 +39,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(None, [f"recipe={args.recipe}", f"sft.episodes={args.demos}"])
     family = make_family(cfg.env.name, cfg.env.options)
-    episodes = setup._demonstrations(cfg, family, family.tasks("train", None, seed=0))
-    tok = setup.demo_tokenizer(episodes, cfg.model.vocab_size)
+    episodes = setup.demonstrations(cfg, family, family.tasks("train", None, seed=0))
+    tok = env_tokenizer(episodes, cfg.tiny.vocab_size)
     renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
     limits = cfg.rollout.max_obs_tokens, cfg.rollout.max_context_tokens
     demos = [render_demo(ep, renderer, ep.tools, *limits) for ep in episodes]
@@ -50,7 +51,7 @@ def main() -> None:
     ]
     tokens = sum(int(a.sum()) for _, a in batches)
     padded = sum(a.numel() for _, a in batches)
-    model = tiny_model(tok, seed=0, hidden_size=cfg.model.hidden_size, layers=cfg.model.layers)
+    model = tiny_model(tok, seed=0, hidden_size=cfg.tiny.hidden_size, layers=cfg.tiny.layers)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def epoch(forward) -> float:

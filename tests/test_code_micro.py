@@ -77,7 +77,7 @@ def test_expert_edits_micro_tasks_with_one_word():
 def test_a_copied_operator_is_the_same_token_in_the_code_and_in_the_call():
     from turnrl.chat import HermesToolCallParser
     from turnrl.envs.code.env import CodeEnv
-    from turnrl.policy.tiny import tool_call_tokens, train_tokenizer
+    from turnrl.tiny.model import tool_call_tokens, train_tokenizer
     from turnrl.types import ToolCall
 
     tasks = micro_tasks("train")[:200]

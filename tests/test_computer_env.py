@@ -365,6 +365,17 @@ def test_expert_with_screenshots_and_noise():
     assert 0.5 <= sum(e.result.success for e in noisy) / 30 < 1.0
 
 
+@pytest.mark.parametrize("copy_spaces", [False, True])
+def test_expert_types_names_with_the_read_space_only_when_asked(copy_spaces):
+    """copy_spaces (set by the tiny recipe) makes the expert type ahead " Notifications", the
+    tokens a model that copies reads in the instruction; either way the apps ignore it."""
+    fam = ComputerFamily(tier="easy", copy_spaces=copy_spaces)
+    episodes = _run_all(fam, fam.tasks("train", 12), fam.expert)
+    assert all(e.result.success for e in episodes)
+    typed = [c.arguments["text"] for e in episodes for c in e.calls if c.name == "type"]
+    assert typed and all(t.startswith(" ") == copy_spaces for t in typed), typed
+
+
 def test_baselines_score_near_zero():
     fam = ComputerFamily()
     tasks = fam.tasks("test", 60)

@@ -1,4 +1,4 @@
-"""Copy rows and the induction warm-up of the tiny model (train.induction)."""
+"""Copy rows and the induction warm-up of the tiny model (turnrl.tiny.induction)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from turnrl.train.induction import copy_loss, copy_rows, induction_warmup
+from turnrl.tiny.induction import copy_loss, copy_rows, induction_warmup
 
 
 def small_model(vocab: int = 64) -> LlamaForCausalLM:

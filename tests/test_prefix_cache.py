@@ -19,7 +19,7 @@ from turnrl.policy.hf import (
     sample_next,
     shared_prefix_logits,
 )
-from turnrl.policy.tiny import tiny_model, train_tokenizer
+from turnrl.tiny.model import tiny_model, train_tokenizer
 
 STOPS = tuple(range(10, 70))  # many stop ids, so that some turns stop early and some are cut
 TURN_END = 8  # what the agent loop appends to a cut turn

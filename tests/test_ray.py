@@ -19,8 +19,8 @@ from turnrl.chat import ChatRenderer  # noqa: E402
 from turnrl.distributed.ray_workers import RayRollouts, WorkerSpec  # noqa: E402
 from turnrl.envs.base import ToolEnv, ToolOutput  # noqa: E402
 from turnrl.policy.hf import HFPolicy  # noqa: E402
-from turnrl.policy.tiny import tiny_model, train_tokenizer  # noqa: E402
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, default_sampling  # noqa: E402
+from turnrl.tiny.model import tiny_model, train_tokenizer  # noqa: E402
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -7,15 +7,9 @@ import asyncio
 import pytest
 
 from turnrl.envs.code import exploits
-from turnrl.rewards import Episode, Rubric, apply_results
+from turnrl.rewards import Episode, Rubric, Screen, apply_results, build_rubric, score_trajectories
 from turnrl.rewards import sources as S
-from turnrl.rewards.screeners import (
-    MODEL_FLAGGED,
-    SCREENER_ERROR,
-    ModelScreener,
-    RuleScreener,
-    apply_screeners,
-)
+from turnrl.rewards.screeners import MODEL_FLAGGED, SCREENER_ERROR, ModelScreener, RuleScreener
 from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
 
 
@@ -265,17 +259,96 @@ def test_rule_screener_passes_honest_work_and_reads_messages():
     assert RuleScreener().screen(traj(messages=msgs)) == ["git_history"]
 
 
-def test_apply_screeners_flags_zeroes_and_counts():
+def screened(trajs: list[Trajectory], screeners, zero: bool = True) -> dict[str, float]:
+    """The reward pipeline with these screeners, on episodes the env graded 1."""
+    for t in trajs:
+        t.graded = RewardResult(1.0, True)
+    rubric = Rubric([(S.env_reward, 1.0)] + [Screen(s, zero=zero) for s in screeners])
+    return score_trajectories(trajs, rubric)
+
+
+def test_screen_members_flag_zero_and_count():
     hacked = traj(calls=[run("git log")])
     honest = traj(calls=HONEST)
-    hacked.reward = honest.reward = 1.0
-    metrics = apply_screeners([hacked, honest])
+    metrics = screened([hacked, honest], [RuleScreener()])
     assert hacked.reward == 0.0 and hacked.flags == ["git_history"] and honest.reward == 1.0
+    assert hacked.metrics["hacked"] == 1.0 and honest.metrics["hacked"] == 0.0
+    assert hacked.metrics["reward/screen_rules"] == 1.0  # the screen's own value, a metric
     assert metrics["screen/git_history"] == 0.5 and metrics["screen/flagged_rate"] == 0.5
     again = traj(calls=[run("git log")])
-    again.reward = 1.0
-    apply_screeners([again], zero_reward=False)
+    metrics = screened([again], [RuleScreener()], zero=False)
     assert again.reward == 1.0 and again.flags == ["git_history"]
+    assert metrics["screen/flagged_rate"] == 1.0  # flagged and counted, not zeroed
+
+
+def test_screen_penalty_overrides_every_weighted_member_and_weight_must_be_0():
+    t = traj(calls=[run("git log")])
+    t.graded = RewardResult(1.0, True)
+    rubric = Rubric([(S.env_reward, 1.0), (half, 2.0), Screen(RuleScreener(), penalty=-0.5)])
+    score_trajectories([t], rubric)
+    assert t.reward == -0.5 and t.metrics["reward/half"] == 0.5
+    with pytest.raises(ValueError, match="screen_rules is a screen: its weight must be 0"):
+        Rubric([(S.env_reward, 1.0), (Screen(RuleScreener()), 1.0)])
+
+
+def test_episodes_without_a_grade_are_excluded_and_counted():
+    """Env errors, timeouts and lost episodes have no grade: the rubric does not score them,
+    they keep the 0.0 placeholder, ``excluded`` is true, and the batch metrics count them."""
+    ok, crashed, slow = traj("a"), traj("a"), traj("a")
+    ok.graded = RewardResult(1.0, True)
+    crashed.termination, crashed.error = TerminationReason.ENV_ERROR, "RuntimeError: boom"
+    slow.termination = TerminationReason.TIMEOUT
+    calls = []
+
+    def seen(ep: Episode) -> float:
+        calls.append(ep.trajectory)
+        return 1.0
+
+    metrics = score_trajectories([ok, crashed, slow], Rubric([(S.env_reward, 1.0), (seen, 0.0)]))
+    assert calls == [ok] and ok.reward == 1.0 and not ok.excluded
+    assert crashed.excluded and slow.excluded and crashed.reward == slow.reward == 0.0
+    assert metrics["reward/excluded_rate"] == pytest.approx(2 / 3)
+    assert (
+        metrics["reward/env_error_rate"] == metrics["reward/timeout_rate"] == pytest.approx(1 / 3)
+    )
+    assert metrics["rubric/seen"] == pytest.approx(1 / 3)  # per episode of the batch
+    # a weighted reward function that fails makes the reward unknown: excluded too
+    broken = traj("b")
+    broken.graded = RewardResult(1.0, True)
+    score_trajectories([broken], Rubric([(S.env_reward, 1.0), (S.component("missing"), 1.0)]))
+    assert broken.excluded and broken.termination is TerminationReason.ENV_ERROR
+
+
+def bonus(ep: Episode) -> float:
+    """A reward function a config names by import path (tests.test_rewards:bonus)."""
+    return 0.25
+
+
+def test_build_rubric_adds_functions_by_import_path():
+    t = traj(calls=[run("git log")])
+    t.graded = RewardResult(1.0, True, components={"f1": 1.0})
+    rubric = build_rubric({"tests.test_rewards:bonus": 2.0}, screeners=False)
+    assert rubric.names == ["env_reward", "bonus"]
+    score_trajectories([t], rubric)
+    assert t.reward == 1.5 and t.flags == [] and t.metrics["reward/env_reward/f1"] == 1.0
+    assert build_rubric(grade_weight=0.0).funcs[0][1] == 0.0
+    for bad, msg in [
+        ("tests.test_rewards", "expected an import path"),
+        ("tests.test_rewards:nope", "AttributeError"),
+        ("no_such_pkg.mod:f", "ModuleNotFoundError"),
+        ("tests.test_rewards:HONEST", "not callable"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            build_rubric({bad: 1.0})
+
+
+def test_reward_functions_config_fails_before_work():
+    from turnrl.train.config import ConfigError, load_config
+
+    cfg = load_config(None, ["env.name=guess", "reward.functions={tests.test_rewards:bonus: 0}"])
+    assert cfg.reward.functions == {"tests.test_rewards:bonus": 0.0}
+    with pytest.raises(ConfigError, match="reward.functions.*'nope:f'.*ModuleNotFoundError"):
+        load_config(None, ["env.name=guess", "reward.functions={nope:f: 1}"])
 
 
 def test_model_screener_and_screener_failures():
@@ -293,8 +366,6 @@ def test_model_screener_and_screener_failures():
             raise RuntimeError("boom")
 
     ts = [traj(calls=HONEST) for _ in range(4)]
-    for t in ts:
-        t.reward = 1.0
     screeners = [
         [ModelScreener(Chat('{"hack": true, "reason": "edited tests"}'))],
         [ModelScreener(Chat('{"hack": false}'))],
@@ -303,7 +374,7 @@ def test_model_screener_and_screener_failures():
     ]
     metrics = {}
     for t, s in zip(ts, screeners):
-        metrics = apply_screeners([t], s)
+        metrics = screened([t], s)
     assert ts[0].flags == [MODEL_FLAGGED] and ts[0].reward == 0.0
     assert ts[1].flags == [] and ts[1].reward == 1.0
     # a failing screener is counted but never zeroes a reward

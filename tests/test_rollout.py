@@ -16,7 +16,6 @@ from turnrl.envs.scripted import ScriptedAgent
 from turnrl.policy.base import Generation, SamplingParams
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
-from turnrl.policy.tiny import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import (
     EpisodeRequest,
     RolloutLimits,
@@ -25,6 +24,7 @@ from turnrl.rollout.agent_loop import (
     run_episode,
 )
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.types import RewardResult, Task, TerminationReason
 
 FAMILY = GuessFamily()

@@ -1,4 +1,5 @@
-"""SFT warm start: demonstration rendering, the value mask, and the weighted value loss."""
+"""SFT warm start: demonstration rendering, and the tiny lab's value mask, weighted value loss
+and copy rows (turnrl.tiny.sft)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch
 from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.scripted import ScriptedEpisode
-from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
+from turnrl.tiny.model import tiny_model, tool_call_tokens, train_tokenizer
+from turnrl.tiny.sft import TinyTerms, value_mask
 from turnrl.train import sft
 from turnrl.train.sft import batch_logits, render_demo, sft_train
 from turnrl.types import Task, ToolCall
@@ -69,10 +71,11 @@ def test_tiny_template_leaves_out_the_system_turn_and_the_tool_list():
 def test_value_mask_marks_exactly_the_argument_values():
     r = renderer()
     demo = render_demo(episode(), r, TOOLS, max_obs_tokens=64, max_tokens=512)
+    values = value_mask(demo, episode().calls, r)
     # Runs of value tokens: path, old and new, each sharing weight 1; nothing of the frame,
     # nothing for submit.
     runs: list[tuple[list[str], list[float]]] = []
-    for t, v, prev in zip(demo.token_ids, demo.value_mask, [0.0] + demo.value_mask):
+    for t, v, prev in zip(demo.token_ids, values, [0.0] + values):
         if v and not prev:
             runs.append(([], []))
         if v:
@@ -82,7 +85,7 @@ def test_value_mask_marks_exactly_the_argument_values():
     assert len(runs[0][0]) > 1  # the path is several tokens, each weighing 1/n
     for _, shares in runs:
         assert shares == pytest.approx([1 / len(shares)] * len(shares))
-    assert all(m for m, v in zip(demo.loss_mask, demo.value_mask) if v)  # values are actions
+    assert all(m for m, v in zip(demo.loss_mask, values) if v)  # values are actions
     first_action = demo.loss_mask.index(1)
     assert r.tokenizer.decode(demo.token_ids[:first_action]) == r.render(
         [{"role": "user", "content": "Files:\nstats.py"}], TOOLS, add_generation_prompt=True
@@ -97,11 +100,19 @@ def test_sft_loss_adds_the_weighted_mean_over_argument_values():
     ids = torch.tensor([demo.token_ids])
     with torch.no_grad():
         lp = sequence_logprobs(model(input_ids=ids).logits, ids)[0]
-    m, v = torch.tensor(demo.loss_mask).float(), torch.tensor(demo.value_mask).float()
+    shares = value_mask(demo, episode().calls, r)
+    m, v = torch.tensor(demo.loss_mask).float(), torch.tensor(shares).float()
     actions, values = -(lp * m).sum() / m.sum(), -(lp * v).sum() / v.sum()
     assert 0 < v.sum() < m.sum()  # the values of one edit call; its frame and submit are not
     losses = sft_train(
-        model, [demo], epochs=1, lr=1e-3, batch_size=1, pad_id=0, seed=0, value_weight=2.0
+        model,
+        [demo],
+        epochs=1,
+        lr=1e-3,
+        batch_size=1,
+        pad_id=0,
+        seed=0,
+        extra=TinyTerms([shares], value_weight=2.0, copy_rows=0),
     )
     assert losses[0] == pytest.approx((actions + 2.0 * values).item(), rel=1e-4)
 
@@ -111,11 +122,11 @@ def test_demo_tokenizer_learns_every_episodes_tools():
     tool's name and argument frames become single tokens, not only the first episode's."""
     from dataclasses import replace
 
-    from turnrl.train.setup import demo_tokenizer
+    from turnrl.tiny.warm_start import env_tokenizer
 
     first = replace(episode(), tools=TOOLS[1:], calls=[ToolCall("submit", {})])
     second = replace(episode(), tools=TOOLS[:1])
-    tok = demo_tokenizer([first, second], vocab_size=400)
+    tok = env_tokenizer([first, second], vocab_size=400)
     for token in ("edit_file", '","old":"', "submit"):
         assert tok.convert_tokens_to_ids(token) != tok.unk_token_id, token
         assert len(tok.tokenize(token)) == 1, token
@@ -179,7 +190,14 @@ def test_copy_rows_join_the_step_but_not_the_reported_loss():
     for rows in (0, 4):
         model = tiny_model(r.tokenizer, hidden_size=32, layers=1)
         losses = sft_train(
-            model, [demo], epochs=1, lr=1e-3, batch_size=1, pad_id=0, seed=0, copy_rows=rows
+            model,
+            [demo],
+            epochs=1,
+            lr=1e-3,
+            batch_size=1,
+            pad_id=0,
+            seed=0,
+            extra=TinyTerms([[0.0] * len(demo.token_ids)], value_weight=0.0, copy_rows=rows),
         )
         runs[rows] = (losses, model.model.embed_tokens.weight.detach().clone())
     assert runs[0][0] == pytest.approx(runs[4][0], rel=1e-6)

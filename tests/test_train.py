@@ -29,6 +29,7 @@ BANDIT = [
     "rollout.max_turns=1",
     "rollout.max_new_tokens=24",
     "rollout.max_context_tokens=512",
+    "sft.enabled=true",
     "sft.episodes=128",
     "sft.noise=0.9",
     "sft.epochs=10",
@@ -39,9 +40,9 @@ BANDIT = [
     "threads=1",
     "optim.minibatch_size=32",
     "optim.micro_batch_size=32",
-    "model.vocab_size=320",
-    "model.hidden_size=64",
-    "model.layers=2",
+    "tiny.vocab_size=320",
+    "tiny.hidden_size=64",
+    "tiny.layers=2",
     "seed=1",
 ]
 
@@ -85,13 +86,38 @@ def test_config_file_recipe_and_overrides_merge(tmp_path):
     assert cfg.algo.advantage == "rloo" and cfg.algo.eps_high == 0.3
 
 
-def test_overrides_keep_the_default_recipe_unless_they_name_another_env():
+def test_default_recipe_only_when_nothing_picks_the_model_or_the_env():
+    """`turnrl train` (also with overrides that keep its model and env) runs code-tiny; an
+    override that names the model or the env starts from the schema's defaults instead."""
     default = load_config(None, [])
-    more_eval = load_config(None, ["env.eval_tasks=200"])
+    more_eval = load_config(None, ["env.eval_tasks=200", "steps=3"])
     assert more_eval.name == default.name == "code-tiny" and more_eval.env.eval_tasks == 200
     assert more_eval.sft == default.sft and more_eval.env.options == default.env.options
-    other = load_config(None, ["env.name=guess"])
-    assert other.env.name == "guess" and other.env.options == {}
+    assert default.sft.enabled and default.env.options == {"tiers": [0]}
+    for picks in (["env.name=guess"], ["model.name=tiny"], ["model.name=smollm2"]):
+        cfg = load_config(None, picks)
+        assert cfg.name == "run" and not cfg.sft.enabled, picks
+    assert load_config(None, ["env.name=guess"]).env.options == {}
+
+
+def test_real_model_config_has_sft_off_and_no_tiny_settings():
+    """A pretrained model gets the library defaults: no SFT, a fine-tuning learning rate, the
+    env's own default tasks (code tiers 1-3), and none of the tiny model's settings."""
+    from turnrl.envs.registry import make_family
+    from turnrl.train.config import TinyConfig
+
+    cfg = load_config(None, ["model.name=smollm2", "model.lora=true"])
+    assert cfg.name == "run" and cfg.model.name == "smollm2"
+    assert not cfg.sft.enabled and cfg.sft.lr <= 1e-4 and cfg.optim.lr <= 1e-4
+    assert cfg.tiny is None and cfg.env.options == {}
+    assert make_family(cfg.env.name, cfg.env.options).tiers == (1, 2, 3)
+    dumped = cfg.model_dump()
+    for key in TinyConfig.model_fields:  # the tiny-only keys live in the tiny section alone
+        assert key not in dumped["model"] and key not in dumped["sft"], key
+    # the tiny section is the tiny model's: asking for it with another model is an error
+    with pytest.raises(ConfigError, match="tiny: settings of the tiny model"):
+        load_config(None, ["model.name=smollm2", "tiny.layers=2"])
+    assert load_config(None, ["env.name=guess"]).tiny == TinyConfig()
 
 
 def test_bad_env_option_fails_before_work(tmp_path):
@@ -144,6 +170,32 @@ def test_training_moves_policy_towards_reward_and_writes_run_dir(tmp_path):
     cfg2 = load_config(None, BANDIT + [f"runs_dir={tmp_path}", "steps=0", "name=again"])
     train(cfg2, quiet=True, log=logs.append)
     assert any("cached SFT model" in line for line in logs)
+
+
+def test_rubric_decides_training_and_eval_rewards(tmp_path):
+    """The run's rubric (reward.*) decides the reward of every rollout and held-out episode:
+    here the env's grade plus a constant bonus of 0.25 from a function named by import path."""
+    cfg = load_config(
+        None,
+        BANDIT
+        + [
+            f"runs_dir={tmp_path}",
+            "steps=1",
+            "name=rubric",
+            "env.eval_tasks=8",
+            "reward.functions={tests.test_rewards:bonus: 1.0}",
+        ],
+    )
+    run_dir = train(cfg, quiet=True, log=lambda s: None)
+    rows = metrics(run_dir)
+    (step,) = [r for r in rows if "reward/mean" in r]
+    assert step["rubric/bonus"] == 0.25 and step["reward/excluded_rate"] == 0.0
+    assert step["reward/mean"] == pytest.approx(step["success/true"] + 0.25)
+    assert "screen/flagged_rate" in step and "rubric/env_reward" in step
+    evals = [r for r in rows if "eval/reward" in r]
+    assert len(evals) == 2
+    for r in evals:
+        assert r["eval/reward"] == pytest.approx(r["eval/success"] + 0.25)
 
 
 def _comparable(row: dict) -> dict:
@@ -222,7 +274,6 @@ def test_smollm2_with_lora_trains_two_steps(tmp_path):
             f"runs_dir={tmp_path}",
             "model.name=smollm2",
             "model.lora=true",
-            "sft.enabled=false",
             "env.name=guess",
             "env.options={low: 1, high: 8}",
             "env.eval_tasks=2",
@@ -249,7 +300,7 @@ def test_smollm2_with_lora_trains_two_steps(tmp_path):
 
 def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
     from turnrl.chat import HermesToolCallParser
-    from turnrl.policy.tiny import train_tokenizer
+    from turnrl.tiny.model import train_tokenizer
     from turnrl.types import ToolCall
 
     parser = HermesToolCallParser()

@@ -10,8 +10,8 @@ import torch
 
 from turnrl.policy.base import SamplingParams
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.tiny import tiny_model, train_tokenizer
 from turnrl.policy.vllm import NEEDS, vllm_available
+from turnrl.tiny.model import tiny_model, train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -322,8 +322,22 @@ def test_expert_solves_generated_tasks_concurrently(family):
         find, answer = e.calls[-2:]
         assert find == ToolCall("find", {"text": e.task.payload["label"] + ":"})
         assert e.observations[-2].count("\np") == 1, "the answer's line alone"
-        assert answer == ToolCall("answer", {"text": " " + e.task.payload["answer"]})
+        assert answer == ToolCall("answer", {"text": e.task.payload["answer"]})
         assert e.task.payload["answer"] in e.observations[-2].splitlines()[-1]
+
+
+def test_expert_writes_copied_values_with_the_read_space_only_when_asked():
+    """copy_spaces (set by the tiny recipe): " 1633300" as read after "Population:"."""
+    fam = WebFamily(max_hops=1, copy_spaces=True)
+    try:
+        tasks = fam.tasks("train", 6)
+        episodes = _run_all(fam, tasks, fam.expert)
+    finally:
+        fam.close()
+    assert all(e.result.success for e in episodes)
+    for e in episodes:
+        assert e.calls[0] == ToolCall("search", {"query": " " + e.task.payload["pages"][0][0]})
+        assert e.calls[-1] == ToolCall("answer", {"text": " " + e.task.payload["answer"]})
 
 
 def test_expert_works_when_the_needed_link_is_on_a_later_page():

@@ -108,10 +108,21 @@ class Trajectory:
     flags: list[str] = field(default_factory=list)  # exploit flags from the grader/screeners
     metrics: dict[str, float] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # env.grade() as it returned (None when the episode ended without one); ``reward`` is what
+    # the run's rubric decided from it (turnrl.rewards.rubric.score_trajectories)
+    graded: RewardResult | None = None
 
     @property
     def truncated(self) -> bool:
         return self.termination.is_truncation
+
+    @property
+    def excluded(self) -> bool:
+        """The reward is unknown, not low: the env raised, the wall clock ran out, the worker
+        running it was lost, or a weighted reward function failed (all ``ENV_ERROR`` or
+        ``TIMEOUT``). Such an episode says nothing about the policy, so it leaves its group's
+        statistics and the loss."""
+        return self.termination in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT)
 
     @property
     def num_action_tokens(self) -> int:

@@ -17,8 +17,8 @@ rather than a ``DynamicCache``, which copies the whole KV on every step. Models 
 are not all plain full-attention layers (sliding window, linear attention) fall back to the
 model's own cache, without prefix reuse.
 
-The decode loop keeps per-step work on tensors (issue 2: on a small model the Python and
-allocation around each forward is a good part of the time): sampled ids and logprobs go to
+The decode loop keeps per-step work on tensors (on a small model the Python and allocation
+around each forward is a good part of the time): sampled ids and logprobs go to
 preallocated [B, N] buffers read once at the end; the rows are sampled by one batched argmax
 over the random draws a ``torch.multinomial`` call per row would make (so a seed gives the
 same tokens as before); with sdpa the attention mask is passed as a ready boolean view,

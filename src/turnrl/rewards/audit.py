@@ -15,8 +15,8 @@ Which mutants: by default those of the *kinds the env draws the task's bugs from
 tier, :data:`turnrl.envs.code.tasks.TIER_KINDS`; every kind for tier 3, which mixes kinds, and
 for tasks without a tier). The wrong solutions a policy submits are mostly the task's own bug left
 in place or half-fixed, so that is the population whose catch rate predicts the gap; mutants of
-other kinds can be caught at a quite different rate (docs/benchmarks.md, issue 8: on the
-weak-tests variant, all kinds over-predict c by 6-13 points). ``kinds=`` / ``--kinds`` picks others.
+other kinds can be caught at a quite different rate (on the weak-tests variant, all kinds
+over-predict c by 6-13 points). ``kinds=`` / ``--kinds`` picks others.
 
 With true success ``p``, a wrong solution passes the proxy with probability ``1 - c``, so the
 expected proxy success is ``p + (1 - p)(1 - c)`` and the predicted gap between proxy reward and

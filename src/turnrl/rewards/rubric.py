@@ -1,4 +1,11 @@
-"""Rubrics: weighted reward functions whose every value is kept.
+"""The reward pipeline: ``env.grade()`` -> a :class:`Rubric` -> ``trajectory.reward``.
+
+:func:`score_trajectories` is the one place a reward is decided, for training and evaluation
+alike. Each finished episode's grade (``trajectory.graded``) goes through the run's rubric
+(:func:`build_rubric`: the env's grade, the episode screeners, any functions the config adds),
+and the result is written onto the trajectory. An episode the env could not grade (an env
+error, the wall clock, a lost worker) is not scored: it keeps ``reward`` 0.0 as a placeholder,
+``trajectory.excluded`` is true, and the trainer leaves it out of its group by default.
 
 A reward function is a plain callable (verifiers style) that reads one finished
 :class:`Episode` and returns a ``float``/``bool`` or a :class:`~turnrl.types.RewardResult`
@@ -9,16 +16,21 @@ called once per group (a relative judge). ``Rubric([(fn, weight), ...])`` combin
 
 A weight-0 function is a metric: its value is recorded in ``components`` but never rewarded.
 
+A :class:`Screen` member wraps an episode screener: it always adds its flags, and when one of
+them is a hack (not ``screener_error``) the episode's reward becomes the screen's ``penalty``
+(0.0 by default) whatever the other members gave.
+
 Failures are never a silent 0. A function that raises is recorded in ``info["errors"]``; if it
 had a weight, the result is marked ``info["skipped"] = True`` (and ``info["judge_skipped"]``
 when a judge failed), ``reward`` is 0.0 only as a placeholder, and :func:`apply_results` turns
-the trajectory into an ``ENV_ERROR`` so the trainer masks it out of the loss (the default
-``truncation=mask``). A metric-only function that raises is recorded and nothing is skipped.
+the trajectory into an ``ENV_ERROR``, excluded from its group like any episode whose reward is
+unknown. A metric-only function that raises is recorded and nothing is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +40,9 @@ from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
 
 RewardValue = float | bool | RewardResult
 RewardFn = Callable[["Episode"], RewardValue | Awaitable[RewardValue]]
+
+
+SCREENER_ERROR = "screener_error"  # a screener failed: recorded, never zeroes a reward
 
 
 class JudgeError(RuntimeError):
@@ -65,6 +80,30 @@ def fn_name(fn: Any) -> str:
     return getattr(fn, "name", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
+class Screen:
+    """Rubric member around an episode screener (anything with ``screen(trajectory) -> flags``,
+    sync or async). Its value is 1.0 when it flagged a hack; it is a metric (weight 0), but a
+    flagged hack sets the episode's reward to ``penalty`` when ``zero`` is true. A screener
+    that raises gives the ``screener_error`` flag and never zeroes a reward."""
+
+    def __init__(self, screener: Any, *, zero: bool = True, penalty: float = 0.0) -> None:
+        if not callable(getattr(screener, "screen", None)):
+            raise ValueError(f"Screen: {screener!r} has no screen(trajectory) method")
+        self.screener, self.zero, self.penalty = screener, zero, float(penalty)
+        self.name = f"screen_{getattr(screener, 'name', type(screener).__name__)}"
+
+    async def __call__(self, episode: Episode) -> RewardResult:
+        try:
+            flags = self.screener.screen(episode.trajectory)
+            if inspect.isawaitable(flags):
+                flags = await flags
+            flags = list(flags)
+        except Exception:
+            flags = [SCREENER_ERROR]
+        hacked = any(f != SCREENER_ERROR for f in flags)
+        return RewardResult(reward=float(hacked), success=not hacked, flags=flags)
+
+
 @dataclass
 class _Outcome:
     value: RewardValue | None = None
@@ -85,7 +124,9 @@ class Rubric:
         *,
         success_threshold: float = 1.0,
     ) -> None:
-        pairs = [f if isinstance(f, tuple) else (f, 1.0) for f in funcs]
+        pairs = [
+            f if isinstance(f, tuple) else (f, 0.0 if isinstance(f, Screen) else 1.0) for f in funcs
+        ]
         if not pairs:
             raise ValueError("Rubric needs at least one reward function")
         problems = []
@@ -94,6 +135,8 @@ class Rubric:
                 problems.append(f"{fn!r} is neither callable nor has score_group")
             if not isinstance(w, int | float) or w != w:
                 problems.append(f"weight of {fn_name(fn)} must be a number, got {w!r}")
+            elif isinstance(fn, Screen) and w != 0:
+                problems.append(f"{fn_name(fn)} is a screen: its weight must be 0, got {w!r}")
         names = [fn_name(fn) for fn, _ in pairs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -134,7 +177,9 @@ class Rubric:
         errors: dict[str, str] = {}
         details: dict[str, Any] = {}  # info of functions that returned a RewardResult
         skipped = judge_skipped = False
-        for name, (_, w), out in zip(self.names, self.funcs, outcomes):
+        screened: float | None = None  # the penalty of the first screen that flagged a hack
+        screen_flags: dict[str, list[str]] = {}
+        for name, (fn, w), out in zip(self.names, self.funcs, outcomes):
             if out.error is not None:
                 errors[name] = f"{type(out.error).__name__}: {out.error}"
                 if isinstance(out.error, JudgeError):
@@ -148,6 +193,8 @@ class Rubric:
                 for k, v in value.components.items():
                     components[f"{name}/{k}"] = float(v)
                 flags += [f for f in value.flags if f not in flags]
+                if isinstance(fn, Screen):
+                    screen_flags[name] = list(value.flags)
                 if value.info:
                     details[name] = value.info
             else:
@@ -155,7 +202,17 @@ class Rubric:
             components[name] = r
             if w != 0.0:
                 reward += w * r
-        info: dict[str, Any] = {"skipped": skipped, "judge_skipped": judge_skipped}
+            if isinstance(fn, Screen) and fn.zero and r and screened is None:
+                screened = fn.penalty
+        if screened is not None:
+            reward = screened
+        info: dict[str, Any] = {
+            "skipped": skipped,
+            "judge_skipped": judge_skipped,
+            "screened": screened is not None,
+        }
+        if screen_flags:
+            info["screen_flags"] = screen_flags
         if errors:
             info["errors"] = errors
         if details:
@@ -205,10 +262,11 @@ def _checked(value: Any) -> RewardValue:
 def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[str, float]:
     """Write rubric results onto trajectories and return batch metrics.
 
-    Sets ``reward``, merges ``flags``, records every component as ``metrics["reward/<name>"]``.
-    A skipped result (a weighted function failed) becomes ``termination=ENV_ERROR`` with the
-    errors in ``trajectory.error``: the trainer's default ``truncation=mask`` drops it from the
-    loss, and ``reward/skipped_rate`` counts it.
+    Sets ``reward``, merges ``flags``, records every component as ``metrics["reward/<name>"]``
+    and ``metrics["hacked"]`` (a flag other than ``screener_error``). A skipped result (a
+    weighted function failed) becomes ``termination=ENV_ERROR`` with the errors in
+    ``trajectory.error``: its reward is unknown, so it is excluded from its group, and
+    ``reward/skipped_rate`` counts it.
     """
     assert len(trajs) == len(results), f"{len(trajs)} trajectories but {len(results)} results"
     n = max(len(trajs), 1)
@@ -218,6 +276,7 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
         t.reward = r.reward
         t.flags += [f for f in r.flags if f not in t.flags]
         t.metrics["success"] = float(r.success)
+        t.metrics["hacked"] = float(any(f != SCREENER_ERROR for f in t.flags))
         if r.proxy_success is not None:
             t.metrics["proxy_success"] = float(r.proxy_success)
         for k, v in r.components.items():
@@ -233,3 +292,69 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
     metrics["reward/skipped_rate"] = skipped / n
     metrics["judge/skipped"] = float(judge_skipped)
     return metrics
+
+
+def score_trajectories(trajs: list[Trajectory], rubric: Rubric) -> dict[str, float]:
+    """Decide the reward of every trajectory: each graded episode through ``rubric``, written
+    back by :func:`apply_results`; episodes without a grade stay excluded. Returns the batch's
+    reward metrics: the rubric's means, ``screen/<flag>`` and ``screen/flagged_rate``, and
+    ``reward/excluded_rate`` with its causes (``reward/env_error_rate``, ``reward/timeout_rate``)
+    over all of ``trajs``. Call it outside an event loop (the training loop, the eval CLI);
+    inside one, await :func:`score_trajectories_async`."""
+    return asyncio.run(score_trajectories_async(trajs, rubric))
+
+
+async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> dict[str, float]:
+    graded = [t for t in trajs if t.graded is not None and not t.excluded]
+    results = await rubric.score_batch([Episode(t, graded=t.graded) for t in graded])
+    metrics = apply_results(graded, results)
+    n = max(len(trajs), 1)
+    for key in list(metrics):
+        if key.startswith("rubric/") or key == "reward/skipped_rate":
+            metrics[key] *= len(graded) / n  # per episode of the batch, not of those graded
+    for r in results:
+        for f in {f for flags in r.info.get("screen_flags", {}).values() for f in flags}:
+            metrics[f"screen/{f}"] = metrics.get(f"screen/{f}", 0.0) + 1.0 / n
+    hacked = [
+        any(f != SCREENER_ERROR for flags in r.info.get("screen_flags", {}).values() for f in flags)
+        for r in results
+    ]
+    metrics["screen/flagged_rate"] = sum(hacked) / n
+    metrics["reward/excluded_rate"] = sum(t.excluded for t in trajs) / n
+    for reason in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT):
+        metrics[f"reward/{reason.value}_rate"] = sum(t.termination is reason for t in trajs) / n
+    return metrics
+
+
+def load_function(path: str) -> Any:
+    """``"pkg.module:name"`` -> that object (a reward function for a rubric)."""
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{path!r}: expected an import path 'package.module:function'")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{path!r}: {type(e).__name__}: {e}") from None
+    if not callable(obj) and not isinstance(obj, GroupRewardFn):
+        raise ValueError(f"{path!r} is not callable")
+    return obj
+
+
+def build_rubric(
+    functions: dict[str, float] | None = None,
+    *,
+    grade_weight: float = 1.0,
+    screeners: bool = True,
+    zero_flagged: bool = True,
+) -> Rubric:
+    """The run's rubric: the env's grade (``grade_weight``), the rule-based episode screener
+    (``screeners``; a flagged episode gets 0 when ``zero_flagged``), and ``functions``, reward
+    functions by import path with their weights (0 = metric only)."""
+    from turnrl.rewards.screeners import RuleScreener
+    from turnrl.rewards.sources import env_reward
+
+    members: list[tuple[Any, float]] = [(env_reward, grade_weight)]
+    if screeners:
+        members.append((Screen(RuleScreener(), zero=zero_flagged), 0.0))
+    members += [(load_function(path), w) for path, w in (functions or {}).items()]
+    return Rubric(members)

@@ -4,8 +4,9 @@ A screener is anything with ``screen(trajectory) -> list[str]`` (sync or async).
 :class:`RuleScreener` reads the tool calls an agent made (and, without parsed calls, its
 messages): edits of test files, ``sys.exit``/``os._exit`` written into code, reads of the
 grader or hidden tests, version-control history. :class:`ModelScreener` asks a model instead.
-:func:`apply_screeners` adds the flags to ``trajectory.flags`` (so they count in the hack rate),
-zeroes the reward of flagged episodes when asked, and returns the counts as metrics.
+A screener joins the reward pipeline as a rubric member, :class:`turnrl.rewards.rubric.Screen`,
+which adds its flags to the trajectory (so they count in the hack rate) and zeroes the reward of
+a flagged episode when asked.
 
 Flags reuse the code env's names (:mod:`turnrl.envs.code.exploits`) so the grader's and the
 screener's evidence add up in one metric per hack. Rules only see what the transcript shows: a
@@ -15,18 +16,16 @@ hack done entirely inside one shell command they cannot parse goes to the grader
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from turnrl.envs.code import exploits
+from turnrl.rewards.rubric import SCREENER_ERROR, Episode
 from turnrl.types import ToolCall, Trajectory
 
-SCREENER_ERROR = "screener_error"  # a screener failed: recorded, never zeroes a reward
 MODEL_FLAGGED = "model_flagged"
-_NOT_HACKS = {SCREENER_ERROR}
 
 _PATH_KEYS = ("path", "file", "filename", "src", "dst", "source", "target", "destination")
 _CODE_KEYS = ("content", "new", "code", "text", "patch")
@@ -134,7 +133,6 @@ class ModelScreener:
 
     async def screen(self, trajectory: Trajectory) -> list[str]:
         from turnrl.rewards.judge import transcript
-        from turnrl.rewards.rubric import Episode
 
         messages = [
             {"role": "system", "content": self.prompt},
@@ -149,58 +147,3 @@ class ModelScreener:
         if not isinstance(verdict, bool):
             return [SCREENER_ERROR]
         return [MODEL_FLAGGED] if verdict else []
-
-
-async def apply_screeners_async(
-    trajs: Sequence[Trajectory],
-    screeners: Iterable[Any],
-    *,
-    zero_reward: bool = True,
-    penalty: float = 0.0,
-) -> dict[str, float]:
-    """Screen every trajectory; add flags, set ``penalty`` as the reward of flagged episodes
-    when ``zero_reward``; return ``screen/<flag>`` rates and ``screen/flagged_rate``."""
-    screeners = list(screeners)
-
-    async def one(t: Trajectory, s: Any) -> list[str]:
-        try:
-            out = s.screen(t)
-            if inspect.isawaitable(out):
-                out = await out
-            return list(out)
-        except Exception:
-            return [SCREENER_ERROR]
-
-    found = await asyncio.gather(*(one(t, s) for t in trajs for s in screeners))
-    n = max(len(trajs), 1)
-    counts: dict[str, float] = {}
-    flagged = 0
-    for i, t in enumerate(trajs):
-        flags = {f for out in found[i * len(screeners) : (i + 1) * len(screeners)] for f in out}
-        for f in sorted(flags):
-            counts[f"screen/{f}"] = counts.get(f"screen/{f}", 0.0) + 1.0 / n
-            if f not in t.flags:
-                t.flags.append(f)
-        hacks = flags - _NOT_HACKS
-        if hacks:
-            flagged += 1
-            t.metrics["screen/flagged"] = 1.0
-            t.metrics["hacked"] = 1.0
-            if zero_reward:
-                t.reward = penalty
-    counts["screen/flagged_rate"] = flagged / n
-    return counts
-
-
-def apply_screeners(
-    trajs: Sequence[Trajectory],
-    screeners: Iterable[Any] = (RuleScreener(),),
-    *,
-    zero_reward: bool = True,
-    penalty: float = 0.0,
-) -> dict[str, float]:
-    """Synchronous :func:`apply_screeners_async` (for the training loop, outside any event
-    loop)."""
-    return asyncio.run(
-        apply_screeners_async(trajs, screeners, zero_reward=zero_reward, penalty=penalty)
-    )

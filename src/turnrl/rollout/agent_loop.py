@@ -249,6 +249,7 @@ async def run_episode(
         metrics=metrics,
         flags=list(result.flags) if result is not None else [],
         messages=messages,
+        graded=result,
     )
     return traj
 

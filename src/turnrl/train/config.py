@@ -1,10 +1,16 @@
 """One typed config schema for a run.
 
-Sources, later ones winning: the schema's defaults, a recipe shipped in ``turnrl/recipes``
-(``recipe=NAME``; with no recipe, no file and no ``env.*`` override, ``code-tiny``, the default
-run), a YAML file (``--config FILE``), and ``key=value`` overrides with dotted
-paths (``algo.advantage=rloo``). Unknown keys and bad values fail before any work starts, all
-reported together, each naming its field.
+Sources, later ones winning: the schema's defaults, a recipe (``recipe=NAME``, a YAML file in
+``turnrl/tiny/recipes``), a YAML file (``--config FILE``), and ``key=value`` overrides with
+dotted paths (``algo.advantage=rloo``). Unknown keys and bad values fail before any work starts,
+all reported together, each naming its field.
+
+The schema's defaults serve a pretrained model: no SFT, a fine-tuning learning rate, the env's
+own default tasks. The default run is the one exception: with no recipe, no config file and no
+override that picks the model or the env (``model.name=...``, ``env.name=...``), the recipe
+``code-tiny`` applies (the tiny model on the code env). So ``turnrl train`` and
+``turnrl train steps=3`` run code-tiny, while ``turnrl train model.name=smollm2`` and
+``turnrl train env.name=tools`` start from the schema's defaults.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parent.parent / "tiny" / "recipes"
 DEFAULT_RECIPE = "code-tiny"
 
 
@@ -31,10 +37,7 @@ class Strict(BaseModel):
 
 
 class ModelConfig(Strict):
-    name: str = "tiny"  # "tiny", "smollm2", or a transformers path
-    vocab_size: int = Field(2048, ge=256)  # tiny only
-    hidden_size: int = Field(128, ge=32)  # tiny only
-    layers: int = Field(4, ge=1)  # tiny only
+    name: str = "tiny"  # "tiny" (see the tiny section), "smollm2", or a transformers path
     # where and in what precision the sampler and trainer hold the model: auto = cuda with
     # bfloat16 where a GPU is visible, else cpu with float32
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
@@ -105,8 +108,8 @@ class RolloutConfig(Strict):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     # held-out evaluation: None samples like the rollouts (the policy RL trains, whose
-    # success RL raises); 0 decodes greedily (verl's validation default), which already
-    # removes much of a noisy warm start's mistakes (docs/benchmarks.md, session 9)
+    # success RL raises); 0 decodes greedily (verl's validation default), which hides many
+    # of a noisy warm start's mistakes, so before -> after measures less of what RL did
     eval_temperature: float | None = Field(None, ge=0)
     episode_timeout_s: float = Field(300.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
@@ -170,12 +173,35 @@ class AlgoConfig(Strict):
 
 
 class RewardConfig(Strict):
+    """How a reward is decided: ``env.grade()`` -> a rubric -> ``trajectory.reward``
+    (:func:`turnrl.rewards.rubric.build_rubric`)."""
+
+    grade_weight: float = 1.0  # the env's own grade in the rubric (0: logged, not rewarded)
     screeners: bool = True  # rule-based episode screeners (test edits, exit calls, grader access)
     zero_flagged: bool = True  # a screened-out episode gets reward 0
+    # more rubric members: "package.module:function" -> weight (0 = logged, not rewarded)
+    functions: dict[str, float] = {}
+
+    @field_validator("functions")
+    @classmethod
+    def _functions_import(cls, functions: dict[str, float]) -> dict[str, float]:
+        from turnrl.rewards.rubric import load_function
+
+        problems = []
+        for path in functions:
+            try:
+                load_function(path)
+            except ValueError as e:
+                problems.append(str(e))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return functions
 
 
 class OptimConfig(Strict):
-    lr: float = Field(3e-4, gt=0)
+    # full fine-tuning of a pretrained model; with model.lora=true use about 1e-4 (LoRA's
+    # adapters start at zero and need a larger step); the tiny recipes set their own
+    lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     minibatch_size: int = Field(32, ge=1)  # trajectories per optimizer step
@@ -187,16 +213,25 @@ class OptimConfig(Strict):
 
 
 class SFTConfig(Strict):
-    enabled: bool = True
+    """Supervised warm start on the env's scripted expert before RL (off unless asked)."""
+
+    enabled: bool = False
     episodes: int = Field(160, ge=0)  # scripted demonstrations
     noise: float = Field(0.3, ge=0, le=1)  # per-decision mistake rate of the scripted solver
     epochs: int = Field(4, ge=1)
-    lr: float = Field(5e-3, gt=0)
+    lr: float = Field(1e-5, gt=0)  # peak of a one-cycle schedule; full fine-tuning scale
     batch_size: int = Field(8, ge=1)
-    value_weight: float = Field(3.0, ge=0)  # extra loss weight on tool-argument values
-    # copying by induction for a model trained from scratch (train.induction): warm up on
-    # copy rows for at most this many steps (0: none), then mix copy_rows of them into every
-    # SFT step so the circuit survives it
+
+
+class TinyConfig(Strict):
+    """The tiny model trained from scratch (``model.name=tiny`` only; see :mod:`turnrl.tiny`)."""
+
+    vocab_size: int = Field(2048, ge=256)  # byte-level BPE trained on the env's text
+    hidden_size: int = Field(128, ge=32)
+    layers: int = Field(4, ge=1)
+    value_weight: float = Field(3.0, ge=0)  # SFT: extra loss weight on tool-argument values
+    # copying by induction (turnrl.tiny.induction): warm up on copy rows for at most this many
+    # steps (0: none), then mix copy_rows of them into every SFT step so the circuit survives it
     induction_steps: int = Field(0, ge=0)
     copy_rows: int = Field(0, ge=0)
 
@@ -219,10 +254,10 @@ class LoggingConfig(Strict):
 
 
 class TrainConfig(Strict):
-    name: str = "run"
-    seed: int = 0
-    steps: int = Field(8, ge=0)
-    mode: Literal["sync", "async"] = "sync"
+    name: str = "run"  # the run directory's name under runs_dir (a suffix is added if taken)
+    seed: int = 0  # tasks, episodes, model init and warm start all follow it
+    steps: int = Field(8, ge=0)  # RL steps (optimizer passes over one rollout batch each)
+    mode: Literal["sync", "async"] = "sync"  # async: rollouts go on while the trainer updates
     max_staleness: int = Field(1, ge=0)  # async: versions a trajectory may lag when trained on
     inflight: Literal["continue_new", "finish_old"] = (
         "continue_new"  # async episodes at a weight change
@@ -233,7 +268,7 @@ class TrainConfig(Strict):
     checkpoint_keep_every: int = Field(0, ge=0)  # also keep step-N.pt every N steps (0: none)
     checkpoint_keep: int = Field(3, ge=1)  # the newest step-N.pt files kept
     runs_dir: str = "runs"
-    threads: int = Field(2, ge=1)
+    threads: int = Field(2, ge=1)  # torch CPU threads
     model: ModelConfig = ModelConfig()
     env: EnvConfig = EnvConfig()
     rollout: RolloutConfig = RolloutConfig()
@@ -241,8 +276,25 @@ class TrainConfig(Strict):
     reward: RewardConfig = RewardConfig()
     optim: OptimConfig = OptimConfig()
     sft: SFTConfig = SFTConfig()
+    tiny: TinyConfig | None = None  # filled in for model.name=tiny; an error for other models
     distributed: DistributedConfig = DistributedConfig()
     logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tiny_section(cls, data: Any) -> Any:
+        """The tiny section exists exactly when the model is the tiny one."""
+        if not isinstance(data, dict):
+            return data
+        model = data.get("model")
+        name = (
+            model.get("name", "tiny") if isinstance(model, dict) else getattr(model, "name", "tiny")
+        )
+        if name == "tiny" and data.get("tiny") is None:
+            return {**data, "tiny": {}}
+        if name != "tiny" and data.get("tiny") is not None:
+            raise ValueError(f"tiny: settings of the tiny model, but model.name is {name!r}")
+        return data
 
     @model_validator(mode="after")
     def _batch_shapes(self) -> TrainConfig:
@@ -323,6 +375,13 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _picks_model_or_env(overrides: dict[str, Any]) -> bool:
+    return any(
+        isinstance(overrides.get(section), dict) and "name" in overrides[section]
+        for section in ("model", "env")
+    )
+
+
 def load_config(config_file: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
     """Resolve recipe + file + overrides into a validated TrainConfig (or raise ConfigError)."""
     data: dict[str, Any] = {}
@@ -339,10 +398,8 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] = ()
             raise ConfigError(f"{config_file}: top level must be a mapping")
         recipe = loaded.pop("recipe", None) if recipe is None else recipe
         data = loaded
-    env_named = isinstance(cli.get("env"), dict) and "name" in cli["env"]
-    if recipe is None and config_file is None and not env_named:
-        # the default run, also under overrides that keep its env (env.eval_tasks=200)
-        recipe = DEFAULT_RECIPE
+    if recipe is None and config_file is None and not _picks_model_or_env(cli):
+        recipe = DEFAULT_RECIPE  # the default run (see the module docstring)
     if recipe is not None:
         path = RECIPES / f"{recipe}.yaml"
         if not path.exists():

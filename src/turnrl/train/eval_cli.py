@@ -16,7 +16,7 @@ from turnrl.policy.models import load_model, load_tokenizer, place
 from turnrl.train.config import TrainConfig
 from turnrl.train.evaluate import eval_seed, evaluate_policy, evaluate_scripted
 from turnrl.train.export import saved_policy
-from turnrl.train.loop import _sampling, limits_of
+from turnrl.train.loop import _sampling, limits_of, rubric_of
 
 
 def load_policy(cfg: TrainConfig, run_dir: Path | None):
@@ -88,6 +88,7 @@ def run_eval(
                 k=k,
                 seed=eval_seed(cfg),
                 batch_wait_s=cfg.rollout.batch_wait_s,
+                rubric=rubric_of(cfg),
             )
         )
         out: dict = {

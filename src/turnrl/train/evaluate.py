@@ -11,6 +11,7 @@ from turnrl.chat import ChatRenderer
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import run_scripted
 from turnrl.policy.base import PolicyBackend, SamplingParams
+from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories_async
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.config import TrainConfig
@@ -51,8 +52,7 @@ def success_stderr(per_task: list[float]) -> float:
 
     with s_t the mean success of task t's k episodes and T tasks. Why report it: held-out
     success at temperature 1 on a few dozen tasks moves by several points between two sampling
-    seeds (0.062 and 0.150 for one model on the same 80 tasks; docs/benchmarks.md, session 14),
-    so a gain must be read against it. With k > 1 the episodes of one task are not independent,
+    seeds (0.062 and 0.150 for one model on the same 80 tasks), so a gain must be read against it. With k > 1 the episodes of one task are not independent,
     hence per task, not per episode.
     """
     if not per_task:
@@ -91,8 +91,10 @@ async def evaluate_policy(
     k: int = 1,
     seed: int = 0,
     batch_wait_s: float = 0.05,
+    rubric: Rubric | None = None,
 ) -> tuple[EvalResult, list[Trajectory]]:
-    """Run k episodes per task with the policy and summarise them."""
+    """Run k episodes per task with the policy, decide their rewards with ``rubric`` (the run's;
+    default: the env's grade and the rule screener) and summarise them."""
     requests = [
         EpisodeRequest(task, f"eval-{task.id}", seed * 100_000 + i * k + j)
         for i, task in enumerate(tasks)
@@ -103,6 +105,7 @@ async def evaluate_policy(
         trajs = await collect(requests, family.make_env, renderer, batcher, limits)
     finally:
         await batcher.close()
+    await score_trajectories_async(trajs, rubric if rubric is not None else build_rubric())
     return summarize(trajs, k), trajs
 
 

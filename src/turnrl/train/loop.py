@@ -24,7 +24,7 @@ from turnrl.envs.base import blocking_tool_stats
 from turnrl.envs.registry import Family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import place
-from turnrl.rewards.screeners import apply_screeners
+from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.batch import collate
@@ -65,6 +65,15 @@ def limits_of(cfg: TrainConfig) -> RolloutLimits:
         max_obs_tokens=r.max_obs_tokens,
         max_parse_errors=r.max_parse_errors,
         episode_timeout_s=r.episode_timeout_s,
+    )
+
+
+def rubric_of(cfg: TrainConfig) -> Rubric:
+    """The run's reward pipeline (``reward.*``): the one place training and eval rewards are
+    decided."""
+    r = cfg.reward
+    return build_rubric(
+        r.functions, grade_weight=r.grade_weight, screeners=r.screeners, zero_flagged=r.zero_flagged
     )
 
 
@@ -118,6 +127,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
+    rubric = rubric_of(cfg)
     model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
     model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
@@ -168,6 +178,7 @@ def train(
                 k=1,
                 seed=eval_seed(cfg),
                 batch_wait_s=cfg.rollout.batch_wait_s,
+                rubric=rubric,
             )
         )
         best = writer.best_eval()
@@ -213,11 +224,7 @@ def train(
                     step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
                 )
             t1 = time.monotonic()
-            screen_metrics = (
-                apply_screeners(trajs, zero_reward=cfg.reward.zero_flagged)
-                if cfg.reward.screeners
-                else {}
-            )
+            reward_metrics = score_trajectories(trajs, rubric)
             flag_non_finite(trajs, cfg.env.name, log)
             zero_streak = zero_reward_streak(zero_streak, trajs, log)
             a = cfg.algo
@@ -247,7 +254,7 @@ def train(
             metrics = {
                 "step": step + 1,
                 **trajectory_metrics(trajs),
-                **screen_metrics,
+                **reward_metrics,
                 **rollout_metrics,
                 **train_metrics,
             }

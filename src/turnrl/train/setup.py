@@ -1,31 +1,27 @@
-"""Model set-up: the tiny default (tokenizer + SFT warm start, cached) or a real model (+ LoRA)."""
+"""Model set-up: a pretrained model (+ LoRA, + optional SFT warm start) or the tiny model.
+
+The tiny model (``model.name=tiny``) is built and warm-started by :mod:`turnrl.tiny`; every
+other name is loaded by :mod:`turnrl.policy.models`.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedTokenizerFast
 
-from turnrl.chat import HermesToolCallParser, check_template
-from turnrl.envs.registry import Family, env_fingerprint
-from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
+from turnrl.chat import ChatRenderer, check_template
+from turnrl.envs.registry import Family
+from turnrl.envs.scripted import ScriptedEpisode
 from turnrl.policy.models import load_model, load_tokenizer
-from turnrl.policy.tiny import load_tokenizer as load_tiny_tokenizer
-from turnrl.policy.tiny import tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.train.config import TrainConfig
 from turnrl.train.export import tokenizer_source
-from turnrl.train.induction import induction_warmup
-from turnrl.train.sft import play_demonstrations, render_demo, sft_train
+from turnrl.train.sft import Demo, ExtraTerms, play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
 
 
@@ -42,16 +38,10 @@ def build_model(
 ) -> tuple[torch.nn.Module, Any]:
     """The starting policy and its tokenizer. On resume too it is the starting policy (the
     KL reference is copied from it); the checkpoint then restores what training changed."""
-    saved = run_dir / "warm_start"
     if cfg.model.name == "tiny":
-        if (saved / "config.json").exists():  # resume: architecture + tokenizer of this run
-            from transformers import LlamaForCausalLM
+        from turnrl.tiny.warm_start import build_tiny
 
-            return LlamaForCausalLM.from_pretrained(saved), load_tiny_tokenizer(saved)
-        model, tok = _tiny_with_warm_start(cfg, family, train_tasks, log)
-        model.save_pretrained(saved)
-        tok.save_pretrained(saved)
-        return model, tok
+        return build_tiny(cfg, family, train_tasks, run_dir, log)
     m = cfg.model
     tok = load_tokenizer(tokenizer_source(run_dir, m.name), m.trust_remote_code)
     model = load_model(m.name, m.dtype, m.device, m.trust_remote_code)
@@ -69,129 +59,53 @@ def build_model(
             ),
         )
     if cfg.sft.enabled and cfg.sft.episodes > 0:
-        _warm_start(cfg, family, train_tasks, model, tok, log)
+        episodes = demonstrations(cfg, family, train_tasks)
+        train_demos(cfg, episodes, model, tok, log)
     return model, tok
 
 
-def _tiny_with_warm_start(
-    cfg: TrainConfig, family: Family, train_tasks: list[Task], log
-) -> tuple[torch.nn.Module, Any]:
-    source = env_fingerprint(cfg.env.name, cfg.env.tasks)  # "" for a shipped env's own tasks
-    key = hashlib.sha1(
-        json.dumps(
-            {
-                **({"env_source": source} if source else {}),
-                "model": cfg.model.model_dump(),
-                # eval never reaches SFT; no tasks file: the keys runs before it had
-                "env": cfg.env.model_dump(
-                    exclude={"eval_tasks"} | ({"tasks"} if cfg.env.tasks is None else set())
-                ),
-                "sft": cfg.sft.model_dump(),
-                "seed": cfg.seed,
-                "rollout": [
-                    cfg.rollout.max_obs_tokens,
-                    cfg.rollout.max_context_tokens,
-                    cfg.rollout.max_turns,
-                ],
-                "v": 12,
-            },
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()[:12]
-    cache = cache_root() / f"tiny-{family.name}-{key}"
-    if (cache / "config.json").exists():
-        from transformers import LlamaForCausalLM
-
-        log(f"warm start: cached SFT model {cache}")
-        return LlamaForCausalLM.from_pretrained(cache), load_tiny_tokenizer(cache)
-    t0 = time.monotonic()
-    # an env without an expert (SFT is then off) gives the text it shows: instructions, first
-    # messages and tool schemas, each task's opening
-    has_expert = hasattr(family, "expert")
-    episodes = (
-        _demonstrations(cfg, family, train_tasks) if has_expert else _openings(train_tasks, family)
-    )
-    tok = demo_tokenizer(episodes, cfg.model.vocab_size)
-    log(
-        f"warm start: tokenizer ({len(tok)} tokens) from {len(episodes)} "
-        f"{'scripted episodes' if has_expert else 'task openings'} in {time.monotonic() - t0:.0f}s"
-    )
-    model = tiny_model(
-        tok,
-        seed=cfg.seed,
-        hidden_size=cfg.model.hidden_size,
-        layers=cfg.model.layers,
-        context=max(4096, cfg.rollout.max_context_tokens),
-    )
-    if cfg.sft.enabled:
-        _train_demos(cfg, episodes, model, tok, log)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if cache.exists():  # another run cached the same warm start meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        os.replace(tmp, cache)
-    return model, tok
-
-
-def demo_tokenizer(episodes: list[ScriptedEpisode], vocab_size: int) -> PreTrainedTokenizerFast:
-    """The tiny model's tokenizer, trained on the text of scripted episodes: instructions,
-    observations, the tool list and exactly the tool-call text the model will write."""
-    parser = HermesToolCallParser()
-    texts = []
-    for ep in episodes:
-        texts += [ep.instructions, ep.first_message] + ep.observations
-        texts += [parser.format([c]) for c in ep.calls]
-    # every tool any episode showed (an env may narrow the list per task, as the tools env does)
-    tools = list({t["function"]["name"]: t for ep in episodes for t in ep.tools}.values())
-    texts += [json.dumps(t["function"]) for t in tools]
-    return train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=tool_call_tokens(tools))
-
-
-def _demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):
+def demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):
+    """``sft.episodes`` episodes of the env's scripted expert (mistakes at rate ``sft.noise``)
+    on training tasks drawn with the run's seed."""
+    if not callable(getattr(family, "expert", None)):
+        raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
     rng = random.Random(cfg.seed)
     tasks = [rng.choice(train_tasks) for _ in range(cfg.sft.episodes)]
     return play_demonstrations(family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns)
 
 
-def _openings(tasks: list[Task], family: Family, limit: int = 400) -> list[ScriptedEpisode]:
-    async def play() -> list[ScriptedEpisode]:
-        return [
-            await run_scripted(family.make_env(), t, IdleAgent(), grade=False)
-            for t in tasks[:limit]
-        ]
-
-    return asyncio.run(play())
-
-
-def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
-    t0 = time.monotonic()
-    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
-    demos = []
+def render_demos(
+    cfg: TrainConfig, episodes: list[ScriptedEpisode], renderer: ChatRenderer
+) -> list[tuple[ScriptedEpisode, Demo]]:
+    """Each episode with its token-exact demonstration; those over the context budget are
+    dropped."""
+    out = []
     for ep in episodes:
         demo = render_demo(
             ep, renderer, ep.tools, cfg.rollout.max_obs_tokens, cfg.rollout.max_context_tokens
         )
         if demo is not None:
-            demos.append(demo)
+            out.append((ep, demo))
+    return out
+
+
+def train_demos(
+    cfg: TrainConfig,
+    episodes: list[ScriptedEpisode],
+    model: torch.nn.Module,
+    tok: Any,
+    log: Callable[[str], None],
+    extra: Callable[[ChatRenderer, list[tuple[ScriptedEpisode, Demo]]], ExtraTerms] | None = None,
+) -> None:
+    """SFT on ``episodes`` with the ``sft.*`` settings; ``extra`` builds added loss terms
+    from the rendered demonstrations (the tiny lab's)."""
+    t0 = time.monotonic()
+    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
+    pairs = render_demos(cfg, episodes, renderer)
+    demos = [d for _, d in pairs]
     log(
         f"warm start: SFT on {len(demos)} demonstrations ({sum(len(d.token_ids) for d in demos)} tokens)"
     )
-    if cfg.sft.induction_steps:
-        t1 = time.monotonic()
-        acc = induction_warmup(
-            model,
-            max_steps=cfg.sft.induction_steps,
-            seed=cfg.seed,
-            log=lambda step, loss, acc: log(
-                f"  induction step {step} loss {loss:.3f} copy accuracy {acc:.3f}"
-            ),
-        )
-        log(
-            f"warm start: induction warm-up done in {time.monotonic() - t1:.0f}s (copy accuracy {acc:.3f})"
-        )
     last = [0.0]
 
     def progress(epoch, i, total, loss):
@@ -207,13 +121,7 @@ def _train_demos(cfg: TrainConfig, episodes, model, tok, log) -> None:
         batch_size=cfg.sft.batch_size,
         pad_id=tok.pad_token_id,
         seed=cfg.seed,
-        value_weight=cfg.sft.value_weight,
-        copy_rows=cfg.sft.copy_rows,
+        extra=extra(renderer, pairs) if extra is not None else None,
         log=progress,
     )
     log(f"warm start: SFT done in {time.monotonic() - t0:.0f}s (final loss {last[0]:.3f})")
-
-
-def _warm_start(cfg: TrainConfig, family: Family, train_tasks, model, tok, log) -> None:
-    episodes = _demonstrations(cfg, family, train_tasks)
-    _train_demos(cfg, episodes, model, tok, log)

@@ -7,9 +7,10 @@ model learns exactly the token sequences it will later produce and read.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -24,16 +25,26 @@ from turnrl.policy.hf import (
     shared_prefix_length,
     shared_prefix_logits,
 )
-from turnrl.train.induction import copy_loss
-from turnrl.types import Task, ToolCall
+from turnrl.types import Task
 
 
 @dataclass
 class Demo:
     token_ids: list[int]
     loss_mask: list[int]  # 1 on action tokens
-    # per token, its share of a tool-argument value: 1/n on each of a value's n tokens
-    value_mask: list[float]
+
+
+class ExtraTerms(Protocol):
+    """Extra SFT loss terms (the tiny lab adds a value weight and copy rows; see
+    :mod:`turnrl.tiny.sft`)."""
+
+    def demo_term(self, idx: list[int], logprobs: torch.Tensor) -> torch.Tensor | None:
+        """Added to the demonstration loss (and reported with it); ``logprobs`` is [B, T]."""
+        ...
+
+    def step_term(self, model: torch.nn.Module, rng: random.Random) -> torch.Tensor | None:
+        """Added to the step's loss only (not reported)."""
+        ...
 
 
 async def _play(
@@ -79,64 +90,26 @@ def render_demo(
     max_obs_tokens: int,
     max_tokens: int,
 ) -> Demo | None:
+    """The episode as the agent loop would have tokenized it, or None when it is longer than
+    ``max_tokens``."""
     from turnrl.chat import tool_message
     from turnrl.rollout.agent_loop import clip_observation
 
     ids = renderer.prompt_ids(episode_messages(ep, renderer)[:2], tools)
     mask = [0] * len(ids)
-    values = [0.0] * len(ids)
     for k, call in enumerate(ep.calls):
-        action, in_value = _action_tokens(call, renderer)
+        action = renderer.encode(renderer.parser.format([call]))
         ids += action + [renderer.turn_end_id]
         mask += [1] * (len(action) + 1)
-        values += in_value + [0.0]
         if k == len(ep.calls) - 1 and ep.terminated:
             break
         obs = clip_observation(ep.observations[k], renderer, max_obs_tokens)
         delta = renderer.observation_ids([tool_message(obs, call, k * 10)])
         ids += delta
         mask += [0] * len(delta)
-        values += [0.0] * len(delta)
     if len(ids) > max_tokens:
         return None
-    return Demo(ids, mask, values)
-
-
-def _action_tokens(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[float]]:
-    """The call's tokens, and per token its share of an argument value (0 on the frame).
-    Values are where an agent copies from its context (a path, an id, the text it replaces);
-    the frame around them is the same in every call. A value of n tokens gives 1/n to each, so
-    every value counts once however it tokenizes: an order id's digits, which follow the ``#W``
-    every id starts with, weigh as much as a one-token operator."""
-    ids, spans = value_spans(call, renderer)
-    shares = [0.0] * len(ids)
-    for first, end in spans:
-        shares[first:end] = [1.0 / (end - first)] * (end - first)
-    return ids, shares
-
-
-def value_spans(call: ToolCall, renderer: ChatRenderer) -> tuple[list[int], list[tuple[int, int]]]:
-    """The call's tokens and, per argument value in order, the token range [first, end) it
-    occupies (none when the parser formats values differently, or for an empty value)."""
-    text = renderer.parser.format([call])
-    enc = renderer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = enc["offset_mapping"]
-    chars, pos = [], 0
-    for key, value in call.arguments.items():
-        name, encoded = json.dumps(key), json.dumps(value, separators=(",", ":"))
-        at = text.find(f"{name}:{encoded}", pos)
-        if at < 0:  # a parser that formats differently: no value spans
-            return enc["input_ids"], []
-        start = at + len(name) + 1
-        quoted = isinstance(value, str)
-        chars.append((start + quoted, start + len(encoded) - quoted))
-        pos = start + len(encoded)
-    spans = []
-    for s, e in chars:
-        inside = [i for i, (a, b) in enumerate(offsets) if a < e and b > s]
-        if inside:
-            spans.append((inside[0], inside[-1] + 1))
-    return enc["input_ids"], spans
+    return Demo(ids, mask)
 
 
 def batch_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -162,26 +135,13 @@ def sft_train(
     batch_size: int,
     pad_id: int,
     seed: int,
-    value_weight: float = 0.0,
-    copy_rows: int = 0,
-    log=None,
+    extra: ExtraTerms | None = None,
+    log: Callable[[int, int, int, float], None] | None = None,
 ) -> list[float]:
-    """Next-token cross-entropy on action tokens, plus ``value_weight`` times the same on the
-    argument values alone, plus (with ``copy_rows``) the copy loss of that many synthetic rows
-    (``train.induction``), which keeps an induction circuit the model was warmed up with.
-    Returns the demonstration loss per optimizer step.
+    """Next-token cross-entropy on action tokens (plus ``extra``'s terms); one-cycle lr
+    schedule, AdamW without weight decay. Returns the demonstration loss per optimizer step.
 
-        loss = sum_t m_t l_t / sum_t m_t + w * sum_t v_t l_t / sum_t v_t
-
-    with l_t = -log p(x_t | x_<t), m the action mask and v the value mask (1/n on each of the n
-    tokens of a tool-argument value, so the second term is the mean over the batch's values of
-    each value's mean token loss). Why the second term: in a plain token mean the few value
-    tokens (a path, an operator, an order id) are a small share of each action, and a model
-    trained from scratch spends its attention on the fixed frame around them; it then learns
-    to copy a value from its context late or never. With weight 3 the tiny default model
-    copies the file name and both operators, given enough distinct demonstrations: repeating
-    few of them many times teaches it to guess values from their base rates instead
-    (docs/benchmarks.md, sessions 6, 9 and 10).
+        loss = sum_t m_t l_t / sum_t m_t      l_t = -log p(x_t | x_<t), m the action mask
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(
@@ -191,6 +151,7 @@ def sft_train(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=max(total, 1), pct_start=0.1
     )
+    device = next(model.parameters()).device
     model.train()
     losses = []
     for epoch in range(epochs):
@@ -198,24 +159,23 @@ def sft_train(
         rng.shuffle(order)
         # Plain random batches, their padding skipped by packing (batch_logits). Sorting by
         # length instead makes batches of one kind of episode (gave up, slipped and repaired,
-        # ...) that pull every decision one way per step: the tiny model then learned no
-        # copying at all in 400 steps (docs/benchmarks.md, session 6).
+        # ...) that pull every decision one way per step: a model trained from scratch then
+        # learned no copying at all in 400 steps.
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         for idx in batches:
-            ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, torch.device("cpu"))
-            mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, torch.device("cpu"))
-            values, _ = pad_right(
-                [demos[i].value_mask for i in idx], 0.0, torch.device("cpu"), torch.float
-            )
+            ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, device)
+            mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, device)
             logits = batch_logits(model, ids, attn)  # [B, T, V]
             lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
-            m, v = mask.float(), values  # [B, T] action tokens, value shares
+            m = mask.float()  # [B, T] action tokens
             loss = -(lp * m).sum() / m.sum().clamp(min=1)
-            if value_weight:
-                loss = loss - value_weight * (lp * v).sum() / v.sum().clamp(min=1)
+            term = extra.demo_term(idx, lp) if extra is not None else None
+            if term is not None:
+                loss = loss + term
             demo_loss = loss.item()
-            if copy_rows:
-                loss = loss + copy_loss(model, rng, copy_rows)[0]
+            term = extra.step_term(model, rng) if extra is not None else None
+            if term is not None:
+                loss = loss + term
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

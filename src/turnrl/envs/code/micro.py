@@ -13,7 +13,7 @@ Example::
 
 The fix copies an operator from the docstring into the code. (An earlier version stated the
 intent in words, "Return price minus cost."; the default run's tiny model did not learn the
-word-to-operator mapping within its SFT budget: see docs/benchmarks.md.) The functions live in
+word-to-operator mapping within its SFT budget.) The functions live in
 a few shared module files, like the files of one repository.
 
 Tasks are generated in-process from a seed (no pytest run is needed: the test expectations are

@@ -4,7 +4,7 @@ A GRPO group plays one task several times, and many of its episodes reach the sa
 untouched repository (an agent that gave up), the right fix, the same wrong fix. The tests
 then say the same thing, so one sandboxed pytest run can answer all of them: with the default
 run's noisy demonstrator playing its tasks, 7 runs in 10 repeated an earlier one
-(benchmarks/code_env_runs.py; docs/benchmarks.md).
+(benchmarks/code_env_runs.py).
 
 A result is reused only when the run finished on its own (no timeout, no kill): those depend
 on the machine's load, not on the files. Reuse assumes the tests are a function of the files,

@@ -106,7 +106,10 @@ def plan(parts: list[dict]) -> list[tuple]:
 
 
 class ComputerExpert:
-    def __init__(self, parts: list[dict], seed: int = 0, noise: float = 0.0) -> None:
+    def __init__(
+        self, parts: list[dict], seed: int = 0, noise: float = 0.0, lead: str = ""
+    ) -> None:
+        self.lead = lead  # written before each name typed ahead (see _type_ahead)
         self.intents = plan(parts)
         self.i = 0
         self.rng, self.noise = random.Random(seed), noise
@@ -176,7 +179,8 @@ class ComputerExpert:
 
     def _type_ahead(self, window: str, name: str, typed_over: tuple[str, ...]) -> ToolCall:
         """Type a name into ``window`` as type-ahead: raise the window, leave a field that
-        would take the text as input (any role but ``typed_over``), then type the name with
+        would take the text as input (any role but ``typed_over``), then type the name. With
+        ``lead=" "`` (the family's ``copy_spaces``, set by the tiny recipe) it types the name with
         the space it is read with in the instruction, so a model that copies tokens writes the
         tokens it read (the apps ignore the space)."""
         shown = [e for e in self.seen if e.window == window]
@@ -185,7 +189,7 @@ class ComputerExpert:
             return ToolCall("open_app", {"name": app})
         if any("focused" in e.states and e.role not in ("window", *typed_over) for e in shown):
             return ToolCall("key", {"name": "Escape"})
-        return ToolCall("type", {"text": " " + name})
+        return ToolCall("type", {"text": self.lead + name})
 
     def _jump(self, label: str) -> ToolCall:
         return self._type_ahead("Settings", label, ("checkbox",))

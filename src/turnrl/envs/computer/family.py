@@ -25,6 +25,9 @@ class ComputerOptions(pydantic.BaseModel):
     tier: Literal["easy", "medium", "hard", "all"] = "all"
     screenshots: bool = False  # PNG of the screen in every step's info["image"]
     test_fraction: float = pydantic.Field(0.2, gt=0, lt=1)  # instructions held out for test
+    # the expert types a name with the space it was read with, so a model that copies tokens
+    # (the tiny model) writes the tokens it read (see computer.agents)
+    copy_spaces: bool = False
 
 
 class ComputerFamily:
@@ -50,7 +53,12 @@ class ComputerFamily:
         return ComputerEnv(screenshots=self.options.screenshots)
 
     def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> ComputerExpert:
-        return ComputerExpert(task.payload["parts"], seed=_crc(f"{task.id}-{seed}"), noise=noise)
+        return ComputerExpert(
+            task.payload["parts"],
+            seed=_crc(f"{task.id}-{seed}"),
+            noise=noise,
+            lead=" " if self.options.copy_spaces else "",
+        )
 
     def baseline(self, task: Task) -> DoNothingAgent:
         return DoNothingAgent("done")

@@ -17,10 +17,10 @@ conversations about a customer's order that training never shows, in words a tin
 tokenizer (trained on training text only) knows. Why shared ids: with ids held out whole, a
 test id is a string the tokenizer never saw, split into pieces the tiny model never copied
 (whole-id accuracy 0.000 teacher-forced); a known id is one token, copied 0.45-0.68 of the
-time (docs/benchmarks.md, sessions 11 and 12). Why 100: a tiny recipe's 400 demonstrations
+time. Why 100: a tiny recipe's 400 demonstrations
 name each of 100 ids about four times, so 89 of them became tokens; of 200, 71 never came up
 and stayed in pieces, and the trained policy solved order-status questions about those 17
-times in 49 against 74 in 85 (session 15). What stays held out is the conversation: which
+times in 49 against 74 in 85. What stays held out is the conversation: which
 id this customer names, and that order's status, items and refund. Deterministic in (split,
 seed, index).
 """

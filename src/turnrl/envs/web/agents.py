@@ -10,10 +10,12 @@ what the observations show. With ``noise`` it makes plausible mistakes (a wrong 
 search, a needless find, a wrong value) and recovers by reopening the furthest page of the
 route it has reached.
 
-It writes a name or value it copies with the space it was read with (``" Shaiku Vessak"``,
-``" 1633300"``; search, find and grading ignore it): a byte-level BPE tokenizes a word after a
-space as another token than after a quote, and a small model copies tokens (an induction
-head), not words, so without the space nothing it read is what it has to write.
+With ``lead=" "`` (the family's ``copy_spaces`` option, which the tiny recipe sets) it writes a
+name or value it copies with the space it was read with (``" Shaiku Vessak"``, ``" 1633300"``;
+search, find and grading ignore it): a byte-level BPE tokenizes a word after a space as another
+token than after a quote, and a model trained from scratch copies tokens (an induction head),
+not words, so without the space nothing it read is what it has to write. A pretrained model
+needs no such help, so by default the expert writes values as a person would.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ class WebExpert:
         label: str,
         seed: int = 0,
         noise: float = 0.0,
+        lead: str = "",
     ) -> None:
+        self.lead = lead  # written before each copied name or value
         self.titles = [t for t, _ in pages]
         self.paths = [p for _, p in pages]
         self.gold, self.find = answer, f"{label}:"
@@ -73,7 +77,7 @@ class WebExpert:
 
     def _best(self, observation: str, view: _View | None) -> ToolCall:
         if observation.startswith(f"'{self.find}' in {self.paths[-1]}:"):
-            return ToolCall("answer", {"text": " " + self.gold})
+            return ToolCall("answer", {"text": self.lead + self.gold})
         on_route = view is not None and view.path in self.paths
         if view is not None and view.path.startswith("/search"):
             n = link_number(observation, self.titles[0])
@@ -85,7 +89,7 @@ class WebExpert:
                 return self._open(self.reached)
             if not self.searched:
                 self.searched = True
-                return ToolCall("search", {"query": " " + self.titles[0]})
+                return ToolCall("search", {"query": self.lead + self.titles[0]})
             return self._open(0)
         assert view is not None
         i = self.paths.index(view.path)
@@ -107,14 +111,14 @@ class WebExpert:
             values = [line.split(": ", 1)[1] for line in observation.splitlines() if ": " in line]
             wrong = [v for v in values if v != self.gold and "[" not in v]
             if wrong:
-                return ToolCall("answer", {"text": " " + self.rng.choice(wrong)})
+                return ToolCall("answer", {"text": self.lead + self.rng.choice(wrong)})
         choice = self.rng.random()
         if links and choice < 0.5:
             return ToolCall("follow", {"link_number": self.rng.choice(links)})
         words = _WORD.findall(" ".join(self.titles))
         if choice < 0.8:
-            return ToolCall("search", {"query": " " + self.rng.choice(words)})
-        return ToolCall("find", {"text": " " + self.rng.choice(words)})
+            return ToolCall("search", {"query": self.lead + self.rng.choice(words)})
+        return ToolCall("find", {"text": self.lead + self.rng.choice(words)})
 
 
 class WebRandomAgent:

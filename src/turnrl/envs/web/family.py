@@ -36,6 +36,9 @@ class WebOptions(pydantic.BaseModel):
     # with `async def chat(messages) -> str`
     judge: Any = None
     timeout: float = pydantic.Field(5.0, gt=0)  # seconds per HTTP request
+    # the expert writes a copied name or value with the space it was read with, so a model
+    # that copies tokens (the tiny model) writes the tokens it read (see web.agents)
+    copy_spaces: bool = False
 
     @pydantic.field_validator("judge", mode="before")
     @classmethod
@@ -115,6 +118,7 @@ class WebFamily:
             task.payload["label"],
             seed=hash_seed(task, seed),
             noise=noise,
+            lead=" " if self.options.copy_spaces else "",
         )
 
     def baseline(self, task: Task) -> DoNothingAgent:

@@ -47,7 +47,7 @@ def tool_call_tokens(tools: list[dict]) -> list[str]:
 # system prompt (instructions and tool list) is the same text in every episode (the tools env
 # narrows the list to the task's domains, which the task text names): it tells the model
 # nothing new, while its ~250 tokens in front of the task make copying from the task text
-# (a file name, an operator) much slower to learn (docs/benchmarks.md, session 6). Real models
+# (a file name, an operator) much slower to learn. Real models
 # keep their own templates and read the system prompt. The template takes ``tools`` (and leaves
 # them out) so the renderer does not append their schemas to the dropped turn.
 CHAT_TEMPLATE = (

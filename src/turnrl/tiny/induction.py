@@ -3,8 +3,8 @@
 A pretrained LLM copies from its context by induction (find the earlier occurrence of the
 current token, write what came after it). The tiny model is trained from scratch on a few
 hundred demonstrations, where each value it should copy (a refund amount, an address) occurs
-once per episode: it memorises them instead, and writes base-rate guesses on held-out tasks
-(docs/benchmarks.md, sessions 14-16). On these rows the circuit forms in about 1,300 steps at
+once per episode: it memorises them instead, and writes base-rate guesses on held-out tasks.
+On these rows the circuit forms in about 1,300 steps at
 lr 1e-3 (a sudden drop after a plateau at chance), and a few rows mixed into every SFT step keep
 it while the model learns the demonstrations.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from turnrl.algo.losses import sequence_logprobs
-from turnrl.policy.tiny import SPECIAL_TOKENS
+from turnrl.tiny.model import SPECIAL_TOKENS
 
 SPAN = (3, 10)  # tokens per copied span
 
@@ -67,8 +67,7 @@ def induction_warmup(
 ) -> float:
     """Train on copy rows until the copy accuracy over the last 50 steps reaches ``target`` or
     ``max_steps`` pass; returns that accuracy. lr 1e-3: at 3e-3 the circuit did not form in
-    1,500 steps; at 1e-3 it reached 0.9 in 1,300-1,500 on every seed tried (docs/benchmarks.md,
-    sessions 15-16).
+    1,500 steps; at 1e-3 it reached 0.9 in 1,300-1,500 on every seed tried.
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

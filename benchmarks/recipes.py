@@ -1,0 +1,194 @@
+"""Shipped recipes from an empty cache: held-out success before -> after, and wall time.
+
+Each run is ``turnrl train --quiet recipe=NAME seed=S`` in a fresh process with
+``TURNRL_CACHE`` set to a new empty folder, so it pays the whole warm start as on a fresh
+clone. Before and after are the run's own held-out evals (step 0 and the last step, read from
+its metrics.jsonl); wall time is the whole command. Over seeds it prints the mean and the
+sample standard deviation (never the best run), with each seed's figures, the versions and the
+machine. Runs go one after another: each uses the cores the recipe's ``threads`` asks for.
+
+    .venv/bin/python benchmarks/recipes.py                         # every recipe, seeds 0 1 2
+    .venv/bin/python benchmarks/recipes.py --recipes code-tiny,web-tiny --seeds 5
+    .venv/bin/python benchmarks/recipes.py --recipes guess-tiny --seeds 1 --quick   # smoke
+    .venv/bin/python benchmarks/recipes.py --out results.json --markdown
+
+A full recipe takes 10-15 minutes of 2 cores per seed: all seven over 3 seeds is about 5 hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from turnrl.train.config import recipe_names
+
+# --quick: the same code path at smoke-test size (minutes become seconds); not a figure
+QUICK = [
+    "steps=2",
+    "sft.episodes=16",
+    "sft.epochs=1",
+    "tiny.induction_steps=0",
+    "env.eval_tasks=4",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+]
+
+
+def run_recipe(recipe: str, seed: int, overrides: list[str], workdir: Path) -> dict:
+    """One run from an empty cache; its before/after held-out success and wall time."""
+    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=workdir))
+    runs = workdir / "runs"
+    name = f"{recipe}-s{seed}"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from turnrl.cli import main; main()",
+        "train",
+        "--quiet",
+        f"recipe={recipe}",
+        f"seed={seed}",
+        f"name={name}",
+        f"runs_dir={runs}",
+        *overrides,
+    ]
+    env = {**os.environ, "TURNRL_CACHE": str(cache)}
+    log = workdir / f"{name}.log"
+    t0 = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = log.read_text().splitlines()[-15:]
+        raise RuntimeError(f"{name} exited {proc.returncode}; log {log}:\n" + "\n".join(tail))
+    rows = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/success" in r]
+    if len(evals) < 2 or evals[0]["step"] != 0:
+        raise RuntimeError(f"{name}: metrics.jsonl has no eval at step 0 and at the end")
+    return {
+        "recipe": recipe,
+        "seed": seed,
+        "before": evals[0]["eval/success"],
+        "after": evals[-1]["eval/success"],
+        "eval_episodes": int(evals[-1]["eval/episodes"]),
+        "steps": evals[-1]["step"],
+        "wall_s": wall,
+    }
+
+
+def spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summary(recipe: str, runs: list[dict]) -> dict:
+    before, after = spread([r["before"] for r in runs]), spread([r["after"] for r in runs])
+    gains = [r["after"] - r["before"] for r in runs]
+    return {
+        "recipe": recipe,
+        "seeds": [r["seed"] for r in runs],
+        "eval_episodes": runs[0]["eval_episodes"],
+        "before": before,
+        "after": after,
+        "gain": spread(gains),
+        "gain_holds": all(g > 0 for g in gains),  # every seed gains, not only on average
+        "wall_s": spread([r["wall_s"] for r in runs]),
+    }
+
+
+def versions() -> dict[str, str]:
+    import tokenizers
+    import torch
+    import transformers
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {
+        "turnrl_commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs, {platform.system()}",
+    }
+
+
+def fmt(ms: tuple[float, float], pct: bool = True) -> str:
+    mean, sd = ms
+    return f"{100 * mean:5.1f} ± {100 * sd:4.1f}" if pct else f"{mean / 60:5.1f} ± {sd / 60:3.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipes", default="all", help="comma-separated names, or 'all'")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    ap.add_argument("--quick", action="store_true", help="smoke-test size (no real figure)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
+    ap.add_argument("--out", type=Path, help="write every run and summary as JSON")
+    ap.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    ap.add_argument("--keep", type=Path, help="keep run folders and logs here (default: temp)")
+    args = ap.parse_args()
+    names = recipe_names() if args.recipes == "all" else args.recipes.split(",")
+    unknown = sorted(set(names) - set(recipe_names()))
+    if unknown:
+        sys.exit(f"--recipes: unknown {unknown}; shipped: {', '.join(recipe_names())}")
+    overrides = (QUICK if args.quick else []) + args.set
+    workdir = Path(args.keep or tempfile.mkdtemp(prefix="turnrl-recipes-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    info = versions()
+    print(f"# {info}", flush=True)
+    print(f"# overrides: {overrides or 'none'}; work folder {workdir}", flush=True)
+    results, summaries = [], []
+    for recipe in names:
+        runs = []
+        for seed in range(args.seeds):
+            r = run_recipe(recipe, seed, overrides, workdir)
+            runs.append(r)
+            print(
+                f"{recipe:22s} seed {seed}: {100 * r['before']:5.1f} -> {100 * r['after']:5.1f} % "
+                f"on {r['eval_episodes']} held-out episodes in {r['wall_s'] / 60:.1f} min",
+                flush=True,
+            )
+        results += runs
+        s = summary(recipe, runs)
+        summaries.append(s)
+        print(
+            f"{recipe:22s} mean ± sd over {len(runs)} seeds: {fmt(s['before'])} -> "
+            f"{fmt(s['after'])} % (gain {fmt(s['gain'])}"
+            f"{'' if s['gain_holds'] else ', NOT on every seed'}), "
+            f"wall {fmt(s['wall_s'], pct=False)} min",
+            flush=True,
+        )
+    if args.markdown:
+        print(
+            "\n| recipe | held-out episodes | before (%) | after (%) | gain (points) | wall (min) |"
+        )
+        print("|---|---|---|---|---|---|")
+        for s in summaries:
+            holds = "" if s["gain_holds"] else " (not on every seed)"
+            print(
+                f"| {s['recipe']} | {s['eval_episodes']} | {fmt(s['before'])} | "
+                f"{fmt(s['after'])} | {fmt(s['gain'])}{holds} | {fmt(s['wall_s'], pct=False)} |"
+            )
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {"versions": info, "overrides": overrides, "runs": results, "summary": summaries},
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
