@@ -27,7 +27,7 @@ from turnrl.chat import ChatRenderer
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.tiny import tiny_model, train_tokenizer
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.types import RewardResult, Task, ToolCall

@@ -38,9 +38,9 @@ GUESS = [
 TINY = [
     "sft.episodes=16",
     "sft.epochs=1",
-    "model.vocab_size=320",
-    "model.hidden_size=32",
-    "model.layers=1",
+    "tiny.vocab_size=320",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
 ]
 
 
@@ -112,7 +112,7 @@ def random_user_model(tmp_path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from turnrl.envs.guess import GuessEnv
-    from turnrl.policy.tiny import train_tokenizer
+    from turnrl.tiny.model import train_tokenizer
 
     names = [t["function"]["name"] for t in GuessEnv().tool_schemas()]
     tok = train_tokenizer(["guess the hidden number", "higher lower correct"], 300, names)

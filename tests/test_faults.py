@@ -18,7 +18,7 @@ from turnrl.chat import ChatRenderer
 from turnrl.cli import app
 from turnrl.envs.base import ToolEnv, ToolOutput, blocking_tool_stats
 from turnrl.policy.hf import HFPolicy
-from turnrl.policy.tiny import tiny_model, train_tokenizer
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.config import load_config
@@ -49,9 +49,9 @@ FAST = [
     "threads=1",
     "optim.minibatch_size=8",
     "optim.micro_batch_size=8",
-    "model.vocab_size=320",
-    "model.hidden_size=64",
-    "model.layers=2",
+    "tiny.vocab_size=320",
+    "tiny.hidden_size=64",
+    "tiny.layers=2",
     "seed=1",
 ]
 

@@ -98,9 +98,9 @@ def test_bf16_on_cpu_trains_and_saves_bf16(tmp_path, monkeypatch):
             "optim.micro_batch_size=4",
             "sft.episodes=16",
             "sft.epochs=1",
-            "model.vocab_size=320",
-            "model.hidden_size=32",
-            "model.layers=1",
+            "tiny.vocab_size=320",
+            "tiny.hidden_size=32",
+            "tiny.layers=1",
             "threads=1",
         ],
     )

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tests.chat_families import template
 from turnrl.chat import TemplateError, check_template
 from turnrl.cli import app
-from turnrl.policy.tiny import train_tokenizer
+from turnrl.tiny.model import train_tokenizer
 
 
 def model_dir(tmp_path: Path, chat_template: str | None) -> Path:

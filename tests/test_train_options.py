@@ -38,9 +38,9 @@ TINY = [
     "optim.minibatch_size=8",
     "optim.micro_batch_size=3",  # several micro-batches per minibatch
     "threads=1",
-    "model.vocab_size=320",
-    "model.hidden_size=64",
-    "model.layers=2",
+    "tiny.vocab_size=320",
+    "tiny.hidden_size=64",
+    "tiny.layers=2",
     "seed=1",
     "steps=1",
 ]
