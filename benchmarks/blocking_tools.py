@@ -27,9 +27,9 @@ from turnrl.chat import ChatRenderer
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.policy.hf import HFPolicy
-from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.types import RewardResult, Task, ToolCall
 
 

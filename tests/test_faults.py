@@ -18,9 +18,9 @@ from turnrl.chat import ChatRenderer
 from turnrl.cli import app
 from turnrl.envs.base import ToolEnv, ToolOutput, blocking_tool_stats
 from turnrl.policy.hf import HFPolicy
-from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.train.config import load_config
 from turnrl.train.loop import train
 from turnrl.train.metrics import read_jsonl
