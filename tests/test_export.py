@@ -36,6 +36,7 @@ GUESS = [
     "threads=1",
 ]
 TINY = [
+    "sft.enabled=true",
     "sft.episodes=16",
     "sft.epochs=1",
     "tiny.vocab_size=320",

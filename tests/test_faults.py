@@ -41,12 +41,14 @@ FAST = [
     "rollout.max_new_tokens=24",
     "rollout.max_context_tokens=512",
     "rollout.episode_timeout_s=30",
+    "sft.enabled=true",
     "sft.episodes=128",
     "sft.noise=0.5",
     "sft.epochs=10",
     "sft.lr=0.01",
     "sft.batch_size=16",
     "threads=1",
+    "optim.lr=0.0003",
     "optim.minibatch_size=8",
     "optim.micro_batch_size=8",
     "tiny.vocab_size=320",
@@ -391,7 +393,7 @@ def test_malformed_overrides():
 
 def test_missing_model_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert fails(["train", "recipe=guess-tiny", "model.name=/no/such/model"]) == (
+    assert fails(["train", "env.name=guess", "model.name=/no/such/model"]) == (
         "config error: model.name: /no/such/model is not a model directory (it does not "
         "exist); give a local directory with config.json, a hub id such as org/name, or one "
         "of: tiny, smollm2 (nothing was started)\n"

@@ -137,7 +137,9 @@ def test_final_answer_env_trains_through_the_loop(tmp_path, monkeypatch):
     model_dir = tmp_path / "model"
     random_model(tok, "llama3").save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    monkeypatch.setattr("turnrl.train.loop.make_family", lambda name, options=None: SumFamily())
+    monkeypatch.setattr(
+        "turnrl.train.preflight.make_family", lambda name, options=None, tasks=None: SumFamily()
+    )
     cfg = load_config(
         None,
         [

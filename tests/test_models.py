@@ -96,6 +96,7 @@ def test_bf16_on_cpu_trains_and_saves_bf16(tmp_path, monkeypatch):
             "algo.entropy_coef=0.01",
             "optim.minibatch_size=4",
             "optim.micro_batch_size=4",
+            "sft.enabled=true",
             "sft.episodes=16",
             "sft.epochs=1",
             "tiny.vocab_size=320",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from transformers import LlamaConfig
 from typer.testing import CliRunner
 
 from tests.chat_families import template
@@ -22,6 +23,7 @@ def model_dir(tmp_path: Path, chat_template: str | None) -> Path:
     tok.chat_template = chat_template
     out = tmp_path / "model"
     tok.save_pretrained(out)
+    LlamaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1).save_pretrained(out)
     if chat_template is None:
         for f in ("chat_template.jinja", "chat_template.json"):
             (out / f).unlink(missing_ok=True)

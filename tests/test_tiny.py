@@ -41,7 +41,7 @@ def test_tokenizer_from_first_turns_when_the_env_has_no_expert(tmp_path, monkeyp
     tool = env.tool_schemas()[0]["function"]["name"]
     assert len(tok.tokenize(tool)) == 1  # the tools' names are single tokens, as with demos
     assert model.config.vocab_size == len(tok)
-    assert (tmp_path / "run" / "model" / "config.json").exists()
+    assert (tmp_path / "run" / "warm_start" / "config.json").exists()
     # asking for SFT on an env with nothing to imitate is an error that names the setting
     with pytest.raises(ValueError, match="sft.enabled: env 'noexpert' has no scripted expert"):
         build_tiny(

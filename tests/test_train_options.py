@@ -29,6 +29,7 @@ TINY = [
     "rollout.max_turns=3",
     "rollout.max_new_tokens=16",
     "rollout.max_context_tokens=256",
+    "sft.enabled=true",
     "sft.episodes=128",
     "sft.noise=0.6",
     "sft.epochs=10",
