@@ -473,3 +473,28 @@ def test_chunked_logprobs_through_a_lora_model():
     lora = [p for n, p in model.named_parameters() if "lora_" in n]
     grads = torch.autograd.grad(lp.sum(), lora)
     assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_logged_metrics_do_not_depend_on_micro_batching():
+    def metrics(micro: int) -> dict:
+        cfg = load_config(
+            None,
+            [
+                "env.name=guess",
+                "algo.advantage=gae_turn",
+                "algo.aggregation=seq-mean-token-mean",
+                "algo.kl_coef=0.1",
+                f"optim.micro_batch_size={micro}",
+            ],
+        )
+        model = tiny_lm()
+        critic = TurnCritic.sharing(model).double()
+        torch.nn.init.normal_(critic.value_head.weight, std=0.5)
+        opt = Recorder([*model.parameters(), *critic.parameters()])
+        ref = tiny_lm(seed=1).requires_grad_(False)
+        return train_on_batch(cfg, model, ref, opt, uneven_batch(), 0, critic=critic, log=print)
+
+    one, many = metrics(8), metrics(1)
+    for key in ("loss", "train/value_loss", "entropy", "kl", "train/clipfrac", "train/ratio_max"):
+        assert one[key] == pytest.approx(many[key], rel=1e-9), key
+    assert one["train/value_loss"] > 0

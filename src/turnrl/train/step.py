@@ -390,7 +390,7 @@ def train_on_batch(
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
     sums: dict[str, float] = {}
     maxes: dict[str, float] = {}
-    tokens_seen, losses, skipped = 0.0, [], 0
+    tokens_seen, losses, vlosses, skipped = 0.0, [], [], 0
     model.train()
     for epoch in range(cfg.optim.epochs):
         perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
@@ -399,7 +399,7 @@ def train_on_batch(
             totals = minibatch_totals(
                 adv.loss_mask[mb], None if value_mask is None else value_mask[mb]
             )
-            mb_loss = 0.0
+            mb_loss = mb_vloss = 0.0
             for micro in micro_batches(
                 mb, lengths, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
             ):
@@ -456,8 +456,8 @@ def train_on_batch(
                 for k, v in m.items():
                     if k.endswith("_max"):
                         maxes[k] = max(maxes.get(k, -math.inf), float(v))
-                    elif k == "value_loss":
-                        sums[k] = sums.get(k, 0.0) + float(v) * w
+                    elif k == "value_loss":  # this micro-batch's share of the minibatch's
+                        mb_vloss += float(v)
                     elif k not in ("kl", "entropy"):  # partial sums under totals; logged above
                         sums[k] = sums.get(k, 0.0) + float(v) * w
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
@@ -467,6 +467,7 @@ def train_on_batch(
                 skipped += 1
                 continue
             losses.append(mb_loss)
+            vlosses.append(mb_vloss)
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) * totals["tokens"]
             optimizer.step()
     out.update({f"train/{k}": v / max(tokens_seen, 1.0) for k, v in sums.items()})
@@ -475,6 +476,8 @@ def train_on_batch(
     if skipped:
         log(f"step {step + 1}: skipped {skipped} optimizer step(s) with a non-finite gradient")
     out["loss"] = sum(losses) / len(losses) if losses else float("nan")
+    if critic is not None:
+        out["train/value_loss"] = sum(vlosses) / len(vlosses) if vlosses else float("nan")
     out["entropy"] = out.pop("train/entropy")
     out["kl"] = out.pop("train/kl", out.get("train/approx_kl", 0.0))
     return out
