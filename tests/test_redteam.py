@@ -10,8 +10,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -581,6 +587,64 @@ def test_non_utf8_bytes_are_graded_as_submitted(tmp_path):
     assert (out / "calc.py").read_bytes() == raw
     diff = exploits.diff_workspace({"calc.py": CALC_BUG}, files, ())
     assert exploits.OBFUSCATION in exploits.screen(diff, (), visible_tests={})
+
+
+def _wheel_venv(tmp: Path) -> Path:
+    """A throwaway venv holding turnrl installed from a freshly built wheel (not editable),
+    pytest for the sandboxed runs, and a path to the shared venv for the host's other
+    dependencies. Returns its python."""
+    repo = Path(__file__).resolve().parents[1]
+    src = tmp / "src"
+    shutil.copytree(repo / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, src / name)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist")],
+        check=True,
+        cwd=tmp,
+    )
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*")) / "site-packages"
+    wheel = next((tmp / "dist").glob("turnrl-*.whl"))
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)], check=True
+    )
+    here = Path(pytest.__file__).resolve().parents[1]  # the shared venv's site-packages
+    for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py"):
+        copy = shutil.copytree if (here / name).is_dir() else shutil.copy
+        copy(here / name, site / name)
+    (site / "shared_deps.pth").write_text(f"{here}\n")
+    return venv / "bin" / "python"
+
+
+@pytest.mark.slow
+def test_wheel_install_keeps_answer_key_out_of_the_sandbox(tmp_path):
+    """Installed from a wheel (the package, its corpus and task file inside sys.prefix, which
+    the sandbox mounts), nothing of turnrl is readable inside, and attacks that would pass by
+    running the gold module read from the installed package get 0 and a flag."""
+    python = _wheel_venv(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    script = Path(__file__).with_name("fixtures") / "wheel_redteam.py"
+    done = subprocess.run(
+        [str(python), str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["package"].startswith(str(tmp_path / "venv")), "turnrl must come from the wheel"
+    view = out["view"]
+    assert "No such file" in view and "No module named 'turnrl" in view, view
+    assert "code_tasks" not in view.split("No such file")[0], view
+    results = {name: (reward, success, flags) for name, reward, success, flags in out["results"]}
+    assert results.pop("honest_fix") == (1.0, True, [])
+    for name, (reward, success, flags) in results.items():
+        assert reward == 0.0 and not success and exploits.GRADER_ACCESS in flags, (name, flags)
 
 
 # --------------------------------------------------------------- detectors in isolation
