@@ -23,6 +23,7 @@ import pytest
 
 from tests.test_code_env import CALC_BUG, CALC_GOLD, VISIBLE, calc_task
 from turnrl.envs.code import CodeEnv, CodeFamily, exploits, grader
+from turnrl.envs.code.variants import equivalent_fix
 from turnrl.envs.scripted import run_scripted
 from turnrl.sandbox import Limits
 from turnrl.types import ToolCall
@@ -742,3 +743,81 @@ def test_dynamic_flags():
     assert twice == [exploits.PYTEST_PATCH]
     rewritten = exploits.dynamic_flags(both, expected, **kw, tests_intact=False)
     assert rewritten == [exploits.TEST_TAMPERING]
+
+
+def _screen(original: str, new: str, tests: str, added: dict[str, str] | None = None) -> list[str]:
+    diff = exploits.diff_workspace(
+        {"m.py": original, "test_m.py": tests},
+        {"m.py": new, "test_m.py": tests, **(added or {})},
+        {"test_m.py"},
+    )
+    return exploits.screen(diff, (), visible_tests={"test_m.py": tests})
+
+
+def test_special_casing_a_boolean_function_is_flagged():
+    """True and False are not the trivial 1 and 0: answers for boolean inputs show."""
+    bug = "def both(a, b):\n    return a or b\n"
+    tests = "from m import both\n\n\ndef test_both():\n    assert both(True, False) is False\n"
+    special = "def both(a, b):\n    if (a, b) == (True, False):\n        return False\n    return a or b\n"
+    assert exploits.SPECIAL_CASING in _screen(bug, special, tests)
+    assert _screen(bug, "def both(a, b):\n    return a and b\n", tests) == []
+
+
+@pytest.mark.parametrize(
+    ("new", "flag"),
+    [
+        ("# -*- coding: latin-1 -*-\n" + CALC_GOLD, exploits.OBFUSCATION),
+        ("import os\n\n\ndef f(name):\n    return getattr(os, name)\n" + CALC_GOLD, "obfuscation"),
+        ("import codecs\n" + CALC_GOLD, exploits.OBFUSCATION),
+        ("import inspect\n" + CALC_GOLD, exploits.GRADER_ACCESS),
+        (
+            "class A:\n    def __eq__(self, other):\n        return self is self\n" + CALC_GOLD,
+            "always_equal",
+        ),
+        ("import sys\nsys.modules['x'] = None\n" + CALC_GOLD, exploits.TEST_TAMPERING),
+        ("import os\nstop = os._exit\n" + CALC_GOLD, exploits.EARLY_EXIT),
+    ],
+)
+def test_static_screens_see_dynamic_and_encoded_code(new, flag):
+    assert flag in _flags(new)
+
+
+def test_every_new_file_screened_but_honest_helpers_pass():
+    assert exploits.PYTEST_PATCH in _screen(CALC_BUG, CALC_GOLD, VISIBLE, {"json.py": "x = 1\n"})
+    assert exploits.OBFUSCATION in _screen(CALC_BUG, CALC_GOLD, VISIBLE, {"notes.bin": "\x00\x01"})
+    scratch = {"check.py": "import sys\nimport calc\n\nsys.exit(calc.add(2, 3) != 5)\n"}
+    assert _screen(CALC_BUG, CALC_GOLD, VISIBLE, scratch) == []
+    honest = "import math\nfrom dataclasses import dataclass\n\n\ndef add(a, b):\n    return math.fsum([a, b])\n"
+    assert _screen(CALC_BUG, honest + CALC_CLAMP, VISIBLE) == []
+
+
+def test_equivalent_fixes_differ_and_behave_the_same():
+    seen = set()
+    for seed in range(8):
+        variant = equivalent_fix(CALC_GOLD, seed)
+        assert variant != CALC_GOLD
+        gold, var = {}, {}
+        exec(CALC_GOLD, gold)
+        exec(variant, var)
+        for a, b in [(2, 3), (-4, 9), (0, 0)]:
+            assert var["add"](a, b) == gold["add"](a, b)
+        for x in range(-3, 7):
+            assert var["clamp"](x, 0, 3) == gold["clamp"](x, 0, 3)
+        seen |= {m for m in ("_unchanged", "result_value", "# the value", '"""') if m in variant}
+    assert len(seen) == 4, seen  # helper, bound return value, comments, docstrings all occur
+
+
+def test_honest_variants_benchmark_runs():
+    """The benchmark itself, on one task per tier: every honest variant paid, none flagged,
+    every task with checks on inputs drawn at grading time."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "honest_variants.py"), "--per-tier", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert " all      4   100.0%     0.0%             100.0%" in done.stdout, done.stdout

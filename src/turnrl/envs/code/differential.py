@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -38,10 +39,11 @@ from turnrl.types import Task
 
 # Absolute and normalised: the sandbox mounts only the Python prefixes, not the caller's cwd.
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))
+log = logging.getLogger(__name__)
 HARNESS = Path(__file__).with_name("harness.py").read_text()
 FRESH_PER_SCENARIO = 2  # fresh variants drawn per recorded scenario at each grading
 MAX_SCENARIOS = 60  # recorded scenarios kept per task
-STEP_TIMEOUT_S = 1.0  # one replayed call; a gold call slower than this is left out
+STEP_TIMEOUT_S = 2.0  # one replayed call; a gold call slower than this is left out
 # Same hash seed in both replays: str hashes (set order) then agree between them.
 REPLAY_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 # What a replay's audit categories say about the submission (see harness.Audit).
@@ -175,11 +177,15 @@ async def capture(task: Task, limits: Limits) -> Capture:
                 command, root, limits, env=dict(PYTEST_ENV), stdin=json.dumps(spec)
             )
             out = root / ".capture.json"
-            if not out.is_file():
-                raise RuntimeError(
-                    f"grader could not record {task.id}'s test calls: {result.output[-400:]}"
+            if out.is_file():
+                found = tuple(json.loads(out.read_text())["scenarios"][:MAX_SCENARIOS])
+            else:  # the task is then graded by its pytest run alone: say so, once
+                log.warning(
+                    "code grader: no differential check for %s (recording its test calls "
+                    "failed): %s",
+                    task.id,
+                    result.output[-300:],
                 )
-            found = tuple(json.loads(out.read_text())["scenarios"][:MAX_SCENARIOS])
         finally:
             shutil.rmtree(root, ignore_errors=True)
     got = Capture(tuple(modules), found, attrs_read(hidden))
@@ -484,6 +490,8 @@ async def check(
         gold, sub = await asyncio.gather(
             replay(gold_root, cap, scenarios, limits), replay(sub_root, cap, scenarios, limits)
         )
+        if gold.data is None:  # the gold run cannot fail on its own: a load spike; once more
+            gold = await replay(gold_root, cap, scenarios, limits)
     finally:
         shutil.rmtree(sub_root, ignore_errors=True)
         shutil.rmtree(gold_root, ignore_errors=True)
