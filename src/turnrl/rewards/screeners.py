@@ -52,7 +52,7 @@ _PROTECTED_WRITE_RE = re.compile(
 _OBFUSCATED_RE = re.compile(
     r"\b(?:exec|eval|compile|__import__)\s*\(|\bb(?:64|32|16|85)decode\b|\bcodecs\.decode\b"
     r"|\b(?:zlib|bz2|lzma|gzip)\.decompress\b|\bmarshal\.loads\b|\bimport_module\s*\("
-    r"|coding[:=]\s*(?!utf-?8)[-\w]+"
+    r"|#.*coding[:=]\s*(?!utf-?8)[-\w]+"
 )
 
 

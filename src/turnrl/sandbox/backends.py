@@ -133,6 +133,11 @@ def hidden_paths(binds: Sequence[str]) -> list[str]:
     """turnrl's own files under the read-only binds: the package (grader, task data, gold
     corpus) and its install records, wherever pip put them (a wheel lands in site-packages,
     inside ``sys.prefix``). Sandboxed code sees empty directories and files in their place."""
+    return list(_hidden_paths(tuple(binds)))
+
+
+@functools.cache  # an installation does not move while the process runs; globbing costs
+def _hidden_paths(binds: tuple[str, ...]) -> tuple[str, ...]:
     import turnrl
 
     package = Path(turnrl.__file__).resolve().parent
@@ -145,7 +150,7 @@ def hidden_paths(binds: Sequence[str]) -> list[str]:
             found += site.glob("__editable__*turnrl*")
             found += site.glob("*turnrl*.pth")
     paths = sorted({str(p.resolve()) for p in found if any(_under(str(p), b) for b in binds)})
-    return [p for p in paths if not any(q != p and _under(p, q) for q in paths)]
+    return tuple(p for p in paths if not any(q != p and _under(p, q) for q in paths))
 
 
 def bwrap_argv(
