@@ -81,7 +81,7 @@ class Verdict:
     fresh_mismatches: int = 0
     complete: bool = True  # the submission's replay reported every scenario
     import_error: str | None = None
-    special_cased: list[str] = field(default_factory=list)  # test passes, every variant fails
+    special_cased: list[str] = field(default_factory=list)  # test passes, its variants fail
     flags: list[str] = field(default_factory=list)
     seed: int = 0
 
@@ -451,13 +451,13 @@ def compare(
             recorded_ok[i] = ok
             if not ok:
                 verdict.mismatched_tests.append(scenario["test"])
-    # a test's own inputs give the gold answers, and every input drawn around them does not:
-    # answers looked up, not computed
+    # a test's own inputs give the gold answers, and at least half the inputs drawn around
+    # them do not: answers looked up, not computed (the grader also asks for a passing suite)
     verdict.special_cased = sorted(
         {
             capture.scenarios[i]["test"]
             for i, failed in fresh_failed.items()
-            if recorded_ok.get(i) and failed and all(failed)
+            if recorded_ok.get(i) and failed and 2 * sum(failed) >= len(failed)
         }
     )
     verdict.mismatched_tests = sorted(set(verdict.mismatched_tests))
