@@ -41,7 +41,7 @@ from turnrl.types import Task
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))
 log = logging.getLogger(__name__)
 HARNESS = Path(__file__).with_name("harness.py").read_text()
-FRESH_PER_SCENARIO = 2  # fresh variants drawn per recorded scenario at each grading
+FRESH_PER_SCENARIO = 4  # fresh variants drawn per recorded scenario at each grading
 MAX_SCENARIOS = 60  # recorded scenarios kept per task
 STEP_TIMEOUT_S = 2.0  # one replayed call; a gold call slower than this is left out
 # Same hash seed in both replays: str hashes (set order) then agree between them.
@@ -451,13 +451,13 @@ def compare(
             recorded_ok[i] = ok
             if not ok:
                 verdict.mismatched_tests.append(scenario["test"])
-    # a test's own inputs give the gold answers, and at least half the inputs drawn around
-    # them do not: answers looked up, not computed (the grader also asks for a passing suite)
+    # a test's own inputs give the gold answers, and inputs drawn around them do not: answers
+    # looked up, not computed (the grader also asks for the whole suite to pass)
     verdict.special_cased = sorted(
         {
             capture.scenarios[i]["test"]
             for i, failed in fresh_failed.items()
-            if recorded_ok.get(i) and failed and 2 * sum(failed) >= len(failed)
+            if recorded_ok.get(i) and any(failed)
         }
     )
     verdict.mismatched_tests = sorted(set(verdict.mismatched_tests))
