@@ -821,3 +821,20 @@ def test_honest_variants_benchmark_runs():
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert " all      4   100.0%     0.0%             100.0%" in done.stdout, done.stdout
+
+
+def test_generated_tasks_carry_the_calls_their_tests_make():
+    """Tier-0 tasks ship the calls their tests make (no recording run at grading): the same
+    scenarios the recording harness captures from the tests on the gold solution."""
+    from turnrl.envs.code import differential
+    from turnrl.envs.code.micro import micro_task
+    from turnrl.types import Task
+
+    async def go():
+        for index in range(4):
+            task = micro_task(index, "train")
+            payload = {k: v for k, v in task.payload.items() if k != "calls"}
+            recorded = await differential.capture(Task(task.id, "code", payload), Limits())
+            assert list(recorded.scenarios) == task.payload["calls"], task.id
+
+    asyncio.run(go())
