@@ -143,9 +143,7 @@ def _hidden_paths(binds: tuple[str, ...]) -> tuple[str, ...]:
     package = Path(turnrl.__file__).resolve().parent
     found = [package] if any(_under(str(package), b) for b in binds) else []
     for root in {package.parent, *(Path(b) for b in binds)}:
-        for site in (
-            [root] if root == package.parent else root.glob("lib*/python*/site-packages")
-        ):
+        for site in [root] if root == package.parent else root.glob("lib*/python*/site-packages"):
             found += site.glob("turnrl-*.dist-info")
             found += site.glob("__editable__*turnrl*")
             found += site.glob("*turnrl*.pth")
