@@ -4,7 +4,9 @@ Three backends, strongest first:
 
 - ``bwrap``: bubblewrap. A fresh mount namespace whose root is a tmpfs holding only read-only
   binds of ``/usr`` (``/bin``, ``/lib*`` are symlinks into it), a few ``/etc`` files, the Python
-  prefixes (``sys.base_prefix``, ``sys.prefix``) and ``extra_ro_binds``; the workspace is the only
+  prefixes (``sys.base_prefix``, ``sys.prefix``) and ``extra_ro_binds``, with turnrl's own
+  package masked wherever it is installed (no grader, task data or gold corpus inside, in any
+  install mode: see `hidden_paths`); the workspace is the only
   writable host path, mounted at ``/workspace``; ``/tmp`` is a private, size-capped tmpfs. New PID,
   network, IPC, UTS and cgroup namespaces, a new session, and ``--die-with-parent``.
 - ``unshare`` (fallback): new network, PID and mount namespaces (``/proc`` remounted) and rlimits,
@@ -127,6 +129,28 @@ def _ancestors(path: str) -> list[str]:
     return parents[::-1]
 
 
+def hidden_paths(binds: Sequence[str]) -> list[str]:
+    """turnrl's own files under the read-only binds: the package (grader, task data, gold
+    corpus) and its install records, wherever pip put them (a wheel lands in site-packages,
+    inside ``sys.prefix``). Sandboxed code sees empty directories and files in their place."""
+    return list(_hidden_paths(tuple(binds)))
+
+
+@functools.cache  # an installation does not move while the process runs; globbing costs
+def _hidden_paths(binds: tuple[str, ...]) -> tuple[str, ...]:
+    import turnrl
+
+    package = Path(turnrl.__file__).resolve().parent
+    found = [package] if any(_under(str(package), b) for b in binds) else []
+    for root in {package.parent, *(Path(b) for b in binds)}:
+        for site in [root] if root == package.parent else root.glob("lib*/python*/site-packages"):
+            found += site.glob("turnrl-*.dist-info")
+            found += site.glob("__editable__*turnrl*")
+            found += site.glob("*turnrl*.pth")
+    paths = sorted({str(p.resolve()) for p in found if any(_under(str(p), b) for b in binds)})
+    return tuple(p for p in paths if not any(q != p and _under(p, q) for q in paths))
+
+
 def bwrap_argv(
     workspace: Path,
     limits: Limits,
@@ -192,6 +216,11 @@ def bwrap_argv(
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for path in ro_binds:
         argv += ["--ro-bind", path, path]
+    for path in hidden_paths(["/usr", *ro_binds]):
+        if os.path.isdir(path):
+            argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
     argv += ["--bind", str(workspace), WORKSPACE_MOUNT, "--chdir", WORKSPACE_MOUNT, "--"]
     return argv + _drop_privileges_argv() + _limits_argv(limits)
 

@@ -1,8 +1,9 @@
 """The code env family: bug fixing in small Python repos, graded by hidden tests.
 
 ``CodeFamily`` is what the registry and trainer use; ``CodeEnv`` is one episode, ``CodeExpert``
-the scripted demonstrator, ``grader.grade_workspace`` the grader and ``exploits`` the hack
-detectors.
+the scripted demonstrator, ``grader.grade_workspace`` the grader, ``differential`` its check
+against the gold solution (with ``harness.py`` running inside the sandbox) and ``exploits`` the
+hack detectors.
 """
 
 from __future__ import annotations

@@ -122,15 +122,25 @@ def micro_task(index: int, split: str) -> Task:
     if not revealing:  # cannot happen for these families; kept as a guard for new operators
         raise RuntimeError(f"no input separates {op!r} from {bad_op!r}")
     chosen = [rng.choice(revealing)] + rng.sample(pairs, min(5, len(pairs)))
-    tests, failing = [], []
+    test_path, path = f"test_{module}.py", f"{module}.py"
+    tests, failing, calls = [], [], []
     for i, label in enumerate(("one", "two", "three")):
         asserts = chosen[2 * i : 2 * i + 2] or chosen[:1]
         body = "".join(f"    assert {name}({args(x, y)}) == {fn(x, y)!r}\n" for x, y in asserts)
         tests.append(f"def test_{label}():\n{body}")
         if any(fn(x, y) != bad_fn(x, y) for x, y in asserts):
             failing.append(f"test_{label}")
+        # the calls this test makes, as the grader's differential check records them
+        steps = [
+            {
+                "call": {"attr": [module, name]},
+                "args": [x] if with_constant else [x, y],
+                "kwargs": {},
+            }
+            for x, y in asserts
+        ]
+        calls.append({"test": f"{test_path}::test_{label}", "steps": steps})
     header = f"from {module} import {name}\n\n\n"
-    test_path, path = f"test_{module}.py", f"{module}.py"
     visible = [tests[0]] + [rng.choice(tests[1:])]
     ids = [f"{test_path}::test_{label}" for label in ("one", "two", "three")]
     payload: dict[str, Any] = {
@@ -151,6 +161,7 @@ def micro_task(index: int, split: str) -> Task:
             }
         ],
         "module": module,
+        "calls": calls,
     }
     return Task(id=f"code-micro-{split}-{index:04d}", env="code", payload=payload, split=split)
 

@@ -66,8 +66,8 @@ class RunCache:
                     self.hits += 1
                     return self._done[key]
             running = self._running.get(key)
-            if running is None or running.get_loop() is not loop:
-                break
+            if running is None or running.get_loop() is not loop or running.cancelled():
+                break  # (a cancelled run not yet removed would spin this loop without yielding)
             try:
                 result = await asyncio.shield(running)
             except asyncio.CancelledError:

@@ -1,0 +1,500 @@
+"""Sandbox side of the differential check: record the calls the hidden tests make into the
+module under test, or replay such calls and write what they return as plain data.
+
+This file runs *inside* the sandbox, from its text (``python -c``): turnrl itself is not
+visible there. Standard library only (capture also imports pytest). The grader reads
+the results and decides; nothing this process says is trusted beyond "these are the values
+the code returned", and the values count only when they equal what the gold solution
+returns on the same inputs in a sandbox of its own (see ``differential.py``).
+
+Modes (``argv[1]``), each reading a JSON spec from stdin:
+
+* ``capture``: run the hidden tests with pytest against the gold repository, wrapping the
+  target modules' functions and methods; each test becomes a *scenario*: the list of calls
+  it made from test code into those modules (nested calls are not recorded), with
+  arguments encoded as plain data or references to objects created earlier in the scenario;
+* ``replay``: import the target modules and run each scenario, writing for every call its
+  return value (or exception class name) and its arguments afterwards, encoded as plain
+  data; objects of the target modules are shown as class name plus the attributes the tests
+  read. Anything else is "opaque": never equal to plain data, which also defeats objects
+  whose ``__eq__`` says yes to everything. An audit hook records what the code under test
+  does beyond computing (reading files, inspecting frames, patching functions, running
+  code from strings) so the grader can flag the attempt.
+"""
+
+import functools
+import importlib
+import json
+import math
+import os
+import signal
+import sys
+import types
+
+MAX_STEPS = 200  # calls kept per scenario
+MAX_ITEMS = 2000  # elements of one container before it is shown as a digest
+MAX_DEPTH = 12
+
+
+class Unencodable(Exception):
+    pass
+
+
+def _dumps(x):
+    return json.dumps(x, sort_keys=True, separators=(",", ":"))
+
+
+def encode_plain(x, refs=None, depth=0):
+    """Tagged JSON for plain data; ``refs`` maps id(obj) -> index for target-module objects."""
+    t = type(x)
+    if x is None or t is bool or t is str:
+        return x
+    if t is int:
+        return x if abs(x) < 2**53 else {"int": str(x)}
+    if t is float:
+        return x if math.isfinite(x) else {"float": repr(x)}
+    if depth > MAX_DEPTH:
+        raise Unencodable("too deep")
+    if t in (list, tuple, set, frozenset, dict) and len(x) > MAX_ITEMS:
+        raise Unencodable("too big")
+    if t is list:
+        return [encode_plain(v, refs, depth + 1) for v in x]
+    if t is tuple:
+        return {"tuple": [encode_plain(v, refs, depth + 1) for v in x]}
+    if t is dict:
+        items = [
+            [encode_plain(k, refs, depth + 1), encode_plain(v, refs, depth + 1)]
+            for k, v in x.items()
+        ]
+        return {"dict": sorted(items, key=lambda kv: _dumps(kv[0]))}
+    if t is set or t is frozenset:
+        return {"set": sorted((encode_plain(v, refs, depth + 1) for v in x), key=_dumps)}
+    if t is bytes:
+        return {"bytes": x.hex()}
+    if refs is not None and id(x) in refs:
+        return {"ref": refs[id(x)]}
+    raise Unencodable(t.__name__)
+
+
+def decode_plain(x, objects):
+    if isinstance(x, list):
+        return [decode_plain(v, objects) for v in x]
+    if not isinstance(x, dict):
+        return x
+    ((tag, v),) = x.items()
+    if tag == "int":
+        return int(v)
+    if tag == "float":
+        return float(v)
+    if tag == "tuple":
+        return tuple(decode_plain(e, objects) for e in v)
+    if tag == "dict":
+        return {decode_plain(k, objects): decode_plain(e, objects) for k, e in v}
+    if tag == "set":
+        return {decode_plain(e, objects) for e in v}
+    if tag == "bytes":
+        return bytes.fromhex(v)
+    if tag == "ref":
+        return objects[v]
+    if tag == "attr":
+        obj = sys.modules[v[0]]
+        for part in v[1].split("."):
+            obj = getattr(obj, part)
+        return obj
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def import_target(path):
+    """Import the module at repo path ``path`` (``pkg/mod.py``) under the first dotted name
+    that resolves to that file (``src/`` layouts import as ``pkg.mod``)."""
+    parts = path[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    want = os.path.realpath(path)
+    last = None
+    for i in range(len(parts)):
+        name = ".".join(parts[i:])
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            last = e
+            continue
+        if os.path.realpath(getattr(module, "__file__", "") or "") == want:
+            return name, module
+    raise ImportError(f"cannot import {path}: {last}")
+
+
+def _own(module):
+    """(qualname, function or class) defined in ``module`` itself, at top level."""
+    for name, value in list(vars(module).items()):
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        if isinstance(value, (types.FunctionType, type)):
+            yield name, value
+
+
+# ------------------------------------------------------------------------------- capture
+
+
+class Recorder:
+    def __init__(self, module_names):
+        self.modules = set(module_names)
+        self.current = []  # the running test's calls
+        self.recording = False
+        self.nodeid = ""
+        self.depth = 0
+        self.refs = {}  # id(obj) -> index, objects of the target modules seen in this test
+        self.alive = []
+        self.scenarios = []
+
+    def is_target_obj(self, x):
+        return type(x).__module__ in self.modules and not isinstance(x, type)
+
+    def encode_arg(self, x):
+        if (
+            isinstance(x, (type, types.FunctionType))
+            and getattr(x, "__module__", None) in self.modules
+        ):
+            return {"attr": [x.__module__, x.__qualname__]}
+        return encode_plain(x, self.refs)
+
+    def register(self, x):
+        if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
+            for v in x:  # as replay does when it shows a sequence of objects
+                self.register(v)
+        elif self.is_target_obj(x) and id(x) not in self.refs:
+            self.refs[id(x)] = len(self.alive)
+            self.alive.append(x)
+
+    def wrap(self, fn, target, method=None):
+        rec = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            step = None
+            if rec.recording and not rec.depth and len(rec.current) < MAX_STEPS:
+                try:
+                    step = rec.describe(target, method, args, kwargs)
+                    rec.current.append(step)
+                except (Unencodable, IndexError):
+                    rec.recording = False  # the scenario ends before this call
+            rec.depth += 1
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                rec.depth -= 1
+            if step is not None:
+                rec.register(args[0] if method == "__init__" else result)
+            return result
+
+        return wrapper
+
+    def describe(self, target, method, args, kwargs):
+        if method is None:
+            step = {"call": {"attr": target}, "args": [self.encode_arg(a) for a in args]}
+        elif method == "__init__":
+            cls = type(args[0])
+            if cls.__module__ not in self.modules:
+                raise Unencodable("subclass defined outside the module")
+            new = {"attr": [cls.__module__, cls.__qualname__]}
+            step = {"new": new, "args": [self.encode_arg(a) for a in args[1:]]}
+        else:
+            obj = self.encode_arg(args[0])
+            step = {"call": [obj, method], "args": [self.encode_arg(a) for a in args[1:]]}
+        step["kwargs"] = {k: self.encode_arg(v) for k, v in kwargs.items()}
+        return step
+
+    def install(self, module):
+        for name, value in _own(module):
+            if isinstance(value, types.FunctionType):
+                setattr(module, name, self.wrap(value, [module.__name__, name]))
+            else:
+                for attr, fn in list(vars(value).items()):
+                    if isinstance(fn, types.FunctionType) and attr not in ("__hash__", "__del__"):
+                        setattr(value, attr, self.wrap(fn, None, method=attr))
+
+    # pytest hooks: a scenario is one test's setup and call phases
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.current, self.refs, self.alive, self.depth = [], {}, [], 0
+        self.recording, self.nodeid = True, nodeid
+
+    def pytest_runtest_teardown(self, item):
+        self.recording = False
+        if self.current:
+            self.scenarios.append({"test": self.nodeid, "steps": self.current})
+        self.current = []
+
+
+def capture(spec):
+    import pytest
+
+    sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "src")]
+    names = {}
+    for path in spec["modules"]:
+        name, module = import_target(path)
+        names[path] = name
+    rec = Recorder(set(names.values()))
+    teardown = pytest.hookimpl(tryfirst=True)(Recorder.pytest_runtest_teardown)
+    Recorder.pytest_runtest_teardown = teardown
+    for name in names.values():
+        rec.install(sys.modules[name])
+    args = [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--rootdir=.",
+        *spec["pytest_args"],
+        *spec["tests"],
+    ]
+    with open(os.devnull, "w") as null:
+        stdout, sys.stdout = sys.stdout, null
+        try:
+            code = pytest.main(args, plugins=[rec])
+        finally:
+            sys.stdout = stdout
+    with open(spec["out"], "w") as f:
+        json.dump({"modules": names, "scenarios": rec.scenarios, "exit": int(code)}, f)
+
+
+# -------------------------------------------------------------------------------- replay
+
+
+class StepTimeout(BaseException):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise StepTimeout()
+
+
+_EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)
+
+
+class Audit:
+    """Categories of what the code under test did (outside importing modules): read files
+    outside the repo or test files, listed directories, looked at frames, patched code,
+    ran code from strings, spawned or signalled processes."""
+
+    def __init__(self, root, prefixes):
+        self.root = root.rstrip("/") + "/"
+        self.prefixes = tuple(p.rstrip("/") + "/" for p in prefixes)
+        self.found = set()
+        self.busy = False
+
+    def _from_submission(self):
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(self.root):
+                return True
+            if name.startswith("<frozen importlib"):
+                return False  # a module being imported: its own start-up, not the caller's
+            frame = frame.f_back
+        return False
+
+    def __call__(self, event, args):
+        if self.busy:
+            return
+        kind = self.kind(event, args)
+        if kind is None:
+            return
+        self.busy = True
+        try:
+            if kind == "import_turnrl" or self._from_submission():
+                self.found.add(kind)
+        finally:
+            self.busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        """As the first import finder: notes a look-up of turnrl however it is asked for
+        (``importlib.import_module`` of a missing module raises no audit event)."""
+        if name.split(".")[0] == "turnrl":
+            self.found.add("import_turnrl")
+        return None
+
+    def kind(self, event, args):
+        if event == "open":
+            path, mode = args[0], args[1]
+            if not isinstance(path, str):
+                return None
+            full = os.path.realpath(path)
+            writing = isinstance(mode, str) and any(c in mode for c in "wax+")
+            if isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
+                writing = True
+            if writing:
+                return "write"
+            if "turnrl" in full:
+                return "read_outside"
+            if full.startswith(self.root):
+                base = os.path.basename(full)
+                if base.startswith("test") or base.endswith("_test.py") or base == "conftest.py":
+                    return "read_tests"
+                return None
+            if full.startswith(self.prefixes) or full in ("/dev/null", "/dev/urandom"):
+                return None
+            return "read_outside"
+        if event == "import" and str(args[0]).split(".")[0] == "turnrl":
+            return "import_turnrl"
+        if event in ("os.listdir", "os.scandir", "glob.glob", "os.walk"):
+            return "list_dir"
+        if event in ("sys._getframe", "sys._current_frames"):
+            return "frames"
+        if event == "object.__getattr__" and args[1] in (
+            "tb_frame",
+            "gi_frame",
+            "cr_frame",
+            "ag_frame",
+            "f_back",
+        ):
+            return "frames"
+        if event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents"):
+            return "gc"
+        if event == "object.__setattr__" and args[1] in (
+            "__code__",
+            "__globals__",
+            "__defaults__",
+            "__kwdefaults__",
+            "__class__",
+        ):
+            return "patch"
+        if event in (
+            "sys.settrace",
+            "sys.setprofile",
+            "sys.addaudithook",
+            "sys.monitoring.register_callback",
+        ):
+            return "patch"
+        if event.startswith("ctypes."):
+            return "patch"
+        if event in ("compile", "exec"):
+            code = args[0]
+            name = getattr(
+                code, "co_filename", args[1] if event == "compile" and len(args) > 1 else ""
+            )
+            if isinstance(name, str) and name.startswith(self.root):
+                return None
+            return "dynamic_code"
+        if event in ("marshal.loads", "code.__new__", "function.__new__"):
+            return "dynamic_code"
+        if event in ("os.kill", "os.killpg", "signal.pthread_kill", "os._exit"):
+            return "kill"
+        if event in (
+            "os.system",
+            "subprocess.Popen",
+            "os.exec",
+            "os.posix_spawn",
+            "os.spawn",
+            "os.fork",
+            "os.forkpty",
+        ):
+            return "spawn"
+        return None
+
+
+def encode_result(x, refs, alive, attrs, modules):
+    """A returned value as plain data; target-module objects become refs (with the attributes
+    the tests read), anything else is opaque (with an equal-to-anything probe)."""
+    t = type(x)
+    if isinstance(x, types.GeneratorType):
+        x = list(x)  # a generator's items are its value; consumed once, as a test would
+        t = list
+    if t.__module__ in modules and not isinstance(x, type):
+        if id(x) not in refs:
+            refs[id(x)] = len(alive)
+            alive.append(x)
+        shown = {}
+        for a in attrs:
+            try:
+                shown[a] = encode_plain(getattr(x, a))
+            except BaseException:
+                continue
+        return {"obj": t.__name__, "ref": refs[id(x)], "attrs": shown, "eq_any": _eq_any(x)}
+    try:
+        return encode_plain(x)
+    except Unencodable:
+        pass
+    if t in (list, tuple):
+        try:
+            return {
+                "seq" if t is list else "tseq": [
+                    encode_result(v, refs, alive, attrs, modules) for v in x
+                ]
+            }
+        except BaseException:
+            pass
+    return {"opaque": t.__name__, "eq_any": _eq_any(x)}
+
+
+def _eq_any(x):
+    """Equal to a fresh object(): the signature of an always-equal object."""
+    try:
+        return bool(x == object())
+    except BaseException:
+        return False
+
+
+def replay(spec):
+    sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "src")]
+    out = open(spec["out"], "w")  # opened before the code under test runs
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    audit = Audit(os.getcwd(), sorted(prefixes))
+    sys.addaudithook(audit)
+    sys.meta_path.insert(0, audit)
+    result = {"import": None, "exits": [], "scenarios": []}
+    modules = {}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for path in spec["modules"]:
+        try:
+            name, module = import_target(path)
+            modules[name] = module
+        except _EXITS as e:
+            result["exits"].append(type(e).__name__)
+            result["import"] = type(e).__name__
+        except BaseException as e:
+            result["import"] = type(e).__name__
+    names = set(modules)
+    attrs = spec.get("attrs", [])
+    for scenario in spec["scenarios"] if result["import"] is None else []:
+        alive, refs, steps = [], {}, []
+        for step in scenario["steps"]:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, spec["step_timeout"])
+                try:
+                    args = decode_plain(step["args"], alive)
+                    kwargs = {k: decode_plain(v, alive) for k, v in step["kwargs"].items()}
+                    if "new" in step:
+                        value = decode_plain(step["new"], alive)(*args, **kwargs)
+                    elif isinstance(step["call"], list):
+                        obj = decode_plain(step["call"][0], alive)
+                        value = getattr(obj, step["call"][1])(*args, **kwargs)
+                    else:
+                        value = decode_plain(step["call"], alive)(*args, **kwargs)
+                    shown = encode_result(value, refs, alive, attrs, names)
+                    after = [encode_result(a, refs, alive, attrs, names) for a in args]
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                steps.append({"ok": shown, "args": after})
+            except StepTimeout:
+                steps.append({"timeout": True})
+                break
+            except _EXITS as e:
+                result["exits"].append(type(e).__name__)
+                steps.append({"raise": type(e).__name__})
+            except BaseException as e:
+                steps.append({"raise": type(e).__name__})
+        result["scenarios"].append(steps)
+    result["events"] = sorted(audit.found)
+    audit.busy = True
+    out.write(_dumps(result))
+    out.close()
+
+
+def main():
+    spec = json.loads(sys.stdin.read())
+    {"capture": capture, "replay": replay}[sys.argv[1]](spec)
+
+
+if __name__ == "__main__":
+    main()
