@@ -7,10 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from turnrl.algo.advantages import acted_on_anchors, anchor_ids_exact, anchor_ids_similar
-from turnrl.types import TerminationReason, Trajectory
+from turnrl.types import Trajectory
 
 # Failures of the machinery, not of the policy: never evidence for or against its actions.
-INFRA_FAILURES = (TerminationReason.TIMEOUT, TerminationReason.ENV_ERROR)
 
 
 @dataclass
@@ -95,7 +94,7 @@ def collate(
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float64),
         group_index=group_index,
         truncated=torch.tensor([t.truncated for t in trajs], dtype=torch.bool),
-        excluded=torch.tensor([t.termination in INFRA_FAILURES for t in trajs], dtype=torch.bool),
+        excluded=torch.tensor([t.excluded for t in trajs], dtype=torch.bool),
         turn_rewards=trew,
         turn_mask=tmask,
         anchor_ids=anchor_ids[:, :K],
