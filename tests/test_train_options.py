@@ -15,7 +15,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from turnrl.train.config import load_config
+from turnrl.policy.vllm import NEEDS as VLLM_NEEDS
+from turnrl.policy.vllm import vllm_available
+from turnrl.train.config import ConfigError, load_config
 from turnrl.train.loop import train
 
 TINY = [
@@ -61,6 +63,7 @@ OPTIONS = {
     "mode": ["sync", "async"],
     "inflight": ["continue_new", "finish_old"],
     "optim.gradient_checkpointing": [True, False],
+    "rollout.backend": ["hf", "vllm"],
 }
 # options that only act together with another one
 NEEDS = {
@@ -100,7 +103,7 @@ def one_step(tmp_path: Path, cache: Path, extra: list[str], monkeypatch) -> tupl
 
 
 def weights_moved(run_dir: Path) -> bool:
-    start = LlamaForCausalLM.from_pretrained(run_dir / "model").state_dict()
+    start = LlamaForCausalLM.from_pretrained(run_dir / "warm_start").state_dict()
     trained = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["model"]
     assert all(torch.isfinite(v).all() for v in trained.values())
     return any(not torch.equal(start[k], v) for k, v in trained.items())
@@ -108,6 +111,8 @@ def weights_moved(run_dir: Path) -> bool:
 
 @pytest.mark.parametrize("extra", CASES, ids=[" ".join(c) for c in CASES])
 def test_one_training_step_per_option(tmp_path, cache, extra, monkeypatch):
+    if "rollout.backend=vllm" in extra and not vllm_available():
+        pytest.skip(VLLM_NEEDS)
     row, run_dir = one_step(tmp_path, cache, extra, monkeypatch)
     assert math.isfinite(row["loss"]), row
     assert row["train/rows"] > 0 and row["train/skipped_steps"] == 0, row
@@ -138,3 +143,29 @@ def test_critic_options_without_a_critic_are_refused():
     with pytest.raises(ConfigError, match="value_clip: needs a critic, set advantage=gae_turn"):
         load_config(None, ["algo.value_clip=0.2"])
     assert load_config(None, ["algo.value_clip=0.2", "algo.advantage=gae_turn"]).algo.value_clip
+
+
+def test_vllm_backend_config():
+    """vLLM samples with other kernels than the trainer: truncated importance sampling is on
+    unless chosen otherwise; only synchronous local runs push weights to it."""
+    assert load_config(None, ["env.name=guess", "rollout.backend=vllm"]).algo.is_correction == "tis"
+    chosen = ["env.name=guess", "rollout.backend=vllm", "algo.is_correction=none"]
+    assert load_config(None, chosen).algo.is_correction == "none"
+    with pytest.raises(ConfigError, match="rollout.backend=vllm: only with mode=sync"):
+        load_config(None, ["env.name=guess", "rollout.backend=vllm", "mode=async"])
+
+
+def test_vllm_backend_without_a_gpu_is_one_line(tmp_path, monkeypatch):
+    if vllm_available():
+        pytest.skip("vLLM runs here; the refusal is for machines without it")
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", "env.name=guess", "rollout.backend=vllm"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"config error: rollout.backend: {VLLM_NEEDS} (nothing was started)"
+    ]
+    assert not (tmp_path / "runs").exists()

@@ -98,6 +98,9 @@ class EnvConfig(Strict):
 
 
 class RolloutConfig(Strict):
+    # the sampler: hf (transformers, the trainer's own weights) or vllm (a GPU engine that
+    # receives the trainer's weights after every update; synchronous, local runs only)
+    backend: Literal["hf", "vllm"] = "hf"
     tasks_per_step: int = Field(4, ge=1)
     group_size: int = Field(8, ge=1)  # episodes per task (one group)
     max_turns: int = Field(6, ge=1)
@@ -304,6 +307,14 @@ class TrainConfig(Strict):
             )
         if self.optim.micro_batch_size > self.optim.minibatch_size:
             raise ValueError("optim.micro_batch_size must not exceed optim.minibatch_size")
+        if self.rollout.backend == "vllm":
+            if self.mode != "sync" or self.distributed.backend != "local":
+                raise ValueError(
+                    "rollout.backend=vllm: only with mode=sync and distributed.backend=local"
+                )
+            if "is_correction" not in self.algo.model_fields_set:
+                # vLLM's kernels differ from the trainer's: correct for the mismatch by default
+                self.algo.is_correction = "tis"
         if self.sft.enabled and self.sft.episodes > 0:
             from turnrl.envs.registry import has_expert
 

@@ -151,6 +151,7 @@ def train(
         log(f"resumed {run_dir} at step {start_step}")
     if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
         save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
+    sampler = policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, policy)
     writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
     records = RecordWriter(
         run_dir,
@@ -172,7 +173,7 @@ def train(
                 family,
                 eval_tasks,
                 renderer,
-                policy,
+                sampler,
                 _sampling(cfg, renderer, evaluation=True),
                 limits_of(cfg),
                 k=1,
@@ -215,7 +216,7 @@ def train(
             rollout_metrics: dict[str, float] = {}
             if rollouts is None:
                 requests = sample_requests(cfg, train_tasks, step)
-                trajs = rollout(cfg, family, requests, renderer, policy, params)
+                trajs = rollout(cfg, family, requests, renderer, sampler, params)
             else:
                 # Each episode is capped at episode_timeout_s; a batch far slower than that
                 # (with two minutes for new Ray workers to start) means the producer is
@@ -248,6 +249,8 @@ def train(
                     per_token=per_token,
                 )
                 policy.version += 1
+            if sampler is not policy:
+                sampler.load_weights(trainer_weights(model), policy.version)
             if rollouts is not None:
                 rollouts.weights_updated(policy.version)
             t2 = time.monotonic()
@@ -370,6 +373,28 @@ def make_rollouts(
         max_concurrency=cfg.rollout.max_concurrency,
         batch_wait_s=cfg.rollout.batch_wait_s,
     )
+
+
+def vllm_sampler(cfg: TrainConfig, run_dir: Path, policy: HFPolicy):
+    """A vLLM engine started from the run's saved policy (``run_dir/model``, the weights the
+    trainer holds now); the loop pushes the trainer's weights to it after every update."""
+    from turnrl.policy.vllm import VLLMPolicy
+
+    engine = VLLMPolicy(
+        str(saved_policy(run_dir)),
+        dtype="auto" if cfg.model.dtype == "auto" else cfg.model.dtype,
+        max_model_len=cfg.rollout.max_context_tokens,
+        seed=cfg.seed,
+    )
+    engine.version = policy.version
+    return engine
+
+
+def trainer_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The trainer's weights under transformers' names, LoRA merged (what vLLM loads)."""
+    from turnrl.train.export import is_lora, merged_state_dict
+
+    return merged_state_dict(model)[1] if is_lora(model) else model.state_dict()
 
 
 def _sampling(cfg: TrainConfig, renderer: ChatRenderer, evaluation: bool = False):

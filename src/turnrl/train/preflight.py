@@ -52,4 +52,9 @@ def env_tasks(cfg: TrainConfig) -> tuple[Family, list[Task], list[Task]]:
 
 def preflight(cfg: TrainConfig) -> tuple[Family, list[Task], list[Task]]:
     check_model(cfg.model.name)
+    if cfg.rollout.backend == "vllm":
+        from turnrl.policy.vllm import NEEDS, vllm_available
+
+        if not vllm_available():
+            raise ConfigError(f"rollout.backend: {NEEDS}")
     return env_tasks(cfg)
