@@ -23,7 +23,14 @@ def model_dir(tmp_path: Path, chat_template: str | None) -> Path:
     tok.chat_template = chat_template
     out = tmp_path / "model"
     tok.save_pretrained(out)
-    LlamaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1).save_pretrained(out)
+    LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    ).save_pretrained(out)
     if chat_template is None:
         for f in ("chat_template.jinja", "chat_template.json"):
             (out / f).unlink(missing_ok=True)
