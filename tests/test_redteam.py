@@ -623,18 +623,20 @@ def _wheel_venv(tmp: Path) -> Path:
 @pytest.mark.slow
 def test_wheel_install_keeps_answer_key_out_of_the_sandbox(tmp_path):
     """Installed from a wheel (the package, its corpus and task file inside sys.prefix, which
-    the sandbox mounts), nothing of turnrl is readable inside, and attacks that would pass by
-    running the gold module read from the installed package get 0 and a flag."""
+    the sandbox mounts), nothing of turnrl is readable inside, attacks that would pass by
+    running the gold module read from the installed package get 0 and a flag, and so does every
+    attack of the red-team classes."""
     python = _wheel_venv(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     script = Path(__file__).with_name("fixtures") / "wheel_redteam.py"
+    repo = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [str(python), str(script)],
+        [str(python), str(script), str(repo)],
         capture_output=True,
         text=True,
         env=env,
         cwd=tmp_path,
-        timeout=240,
+        timeout=480,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -646,6 +648,10 @@ def test_wheel_install_keeps_answer_key_out_of_the_sandbox(tmp_path):
     assert results.pop("honest_fix") == (1.0, True, [])
     for name, (reward, success, flags) in results.items():
         assert reward == 0.0 and not success and exploits.GRADER_ACCESS in flags, (name, flags)
+    # every red-team class, graded with turnrl installed from the wheel
+    assert len(out["classes"]) == len(CLASSES)
+    for name, flag, reward, success, flags in out["classes"]:
+        assert reward == 0.0 and not success and flag in flags, (name, flags)
 
 
 # --------------------------------------------------------------- detectors in isolation
