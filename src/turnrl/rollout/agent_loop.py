@@ -228,12 +228,7 @@ async def run_episode(
         "time/env_s": env_time,
     }
     if result is not None:
-        metrics["success"] = float(result.success)
-        if result.proxy_success is not None:
-            metrics["proxy_success"] = float(result.proxy_success)
-        metrics["hacked"] = float(bool(result.flags))
-        for name, value in result.components.items():
-            metrics[f"reward/{name}"] = float(value)
+        metrics.update(grade_metrics(result))
     traj = Trajectory(
         task_id=request.task.id,
         group_id=request.group_id,
@@ -252,6 +247,16 @@ async def run_episode(
         graded=result,
     )
     return traj
+
+
+def grade_metrics(result: RewardResult) -> dict[str, float]:
+    """An episode's grade as metrics: true and proxy success, whether it was flagged, and every
+    reward component (``reward/NAME``)."""
+    out = {"success": float(result.success), "hacked": float(bool(result.flags))}
+    if result.proxy_success is not None:
+        out["proxy_success"] = float(result.proxy_success)
+    out.update({f"reward/{name}": float(value) for name, value in result.components.items()})
+    return out
 
 
 async def collect(

@@ -27,7 +27,7 @@ from typing import Any
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
-from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits
+from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits, grade_metrics
 from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # observations are clipped by characters: there is no tokenizer of ours
@@ -193,12 +193,7 @@ async def run_endpoint_episode(
         "time/env_s": env_time,
     }
     if result is not None:
-        metrics["success"] = float(result.success)
-        if result.proxy_success is not None:
-            metrics["proxy_success"] = float(result.proxy_success)
-        metrics["hacked"] = float(bool(result.flags))
-        for name, value in result.components.items():
-            metrics[f"reward/{name}"] = float(value)
+        metrics.update(grade_metrics(result))
     return Trajectory(
         task_id=request.task.id,
         group_id=request.group_id,
