@@ -12,12 +12,17 @@ it while the model learns the demonstrations.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from turnrl.algo.losses import sequence_logprobs
 from turnrl.tiny.model import SPECIAL_TOKENS
+from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
+from turnrl.train.metrics import PhaseProgress
+from turnrl.train.sft import SaveClock, finish_step_on_ctrl_c
 
 SPAN = (3, 10)  # tokens per copied span
 
@@ -63,26 +68,64 @@ def induction_warmup(
     lr: float = 1e-3,
     batch_size: int = 16,
     target: float = 0.9,
-    log: Callable[[int, float, float], None] | None = None,
-) -> float:
+    log: Callable[[str], None] | None = None,
+    checkpoint: Path | None = None,
+) -> tuple[float, int]:
     """Train on copy rows until the copy accuracy over the last 50 steps reaches ``target`` or
-    ``max_steps`` pass; returns that accuracy. lr 1e-3: at 3e-3 the circuit did not form in
-    1,500 steps; at 1e-3 it reached 0.9 in 1,300-1,500 on every seed tried.
+    ``max_steps`` pass; returns that accuracy and the steps run. lr 1e-3: at 3e-3 the circuit
+    did not form in 1,500 steps; at 1e-3 it reached 0.9 in 1,300-1,500 on every seed tried.
+
+    ``log`` gets progress lines. With ``checkpoint`` it continues from that file when it exists,
+    and saves to it about every minute, when Ctrl-C stops it (then KeyboardInterrupt) and at
+    the end (marked done: a later call only loads the weights), as SFT does.
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    say = log if log is not None else (lambda line: None)
+    step, recent = 0, []
+    if checkpoint is not None and checkpoint.exists():
+        state = load_checkpoint(checkpoint, model, None)
+        step, recent = state["step"], state["extra"]["recent"]
+        if state["extra"]["done"]:
+            say(f"  induction: done already ({checkpoint})")
+            return sum(recent) / max(len(recent), 1), step
+        opt.load_state_dict(state["optimizer"])
+        rng.setstate(state["extra"]["rng"])
+        say(f"  induction: continuing from its checkpoint at step {step}/{max_steps}")
+
+    def save(done: bool) -> None:
+        assert checkpoint is not None
+        if done:
+            opt.state.clear()  # nothing will step again: keep the file to the weights
+        extra = {"recent": recent, "rng": rng.getstate(), "done": done}
+        save_checkpoint(checkpoint, step=step, version=0, model=model, optimizer=opt, extra=extra)
+
     model.train()
-    recent: list[float] = []
-    for step in range(1, max_steps + 1):
-        loss, acc = copy_loss(model, rng, batch_size)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        recent = (recent + [acc])[-50:]
-        mean = sum(recent) / len(recent)
-        if log is not None and step % 50 == 0:
-            log(step, loss.item(), mean)
-        if step >= 50 and mean >= target:
-            break
-    return sum(recent) / max(len(recent), 1)
+    progress = PhaseProgress("induction step", max_steps, say, start=step, upper_bound=True)
+    clock = SaveClock()
+    mean = sum(recent) / max(len(recent), 1)
+    with finish_step_on_ctrl_c() as stopping:
+        while step < max_steps and not (step >= 50 and mean >= target):
+            loss, acc = copy_loss(model, rng, batch_size)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            recent = (recent + [acc])[-50:]
+            mean = sum(recent) / len(recent)
+            progress.update(
+                step, f"loss {loss.item():.3f}  copy accuracy {mean:.3f} (stops at {target})"
+            )
+            if checkpoint is not None and (stopping() or clock.due()):
+                started = time.monotonic()
+                save(done=False)
+                clock.saved(started)
+            if stopping():
+                e = KeyboardInterrupt()
+                kept = "its checkpoint is saved" if checkpoint else "no checkpoint is kept"
+                e.add_note(f"the induction warm-up stopped after step {step}; {kept}")
+                raise e
+    if checkpoint is not None:
+        save(done=True)
+    return mean, step

@@ -6,6 +6,11 @@ Llama, and (with ``sft.enabled``) warm-starts it: an induction warm-up on copy r
 (:mod:`turnrl.tiny.sft`). The result is cached under ``$TURNRL_CACHE`` (default
 ``~/.cache/turnrl``) by everything that shapes it, so a second run with the same settings starts
 at once.
+
+An unfinished warm start keeps its work beside that entry, in ``<entry>.partial/``: the
+demonstrations, the tokenizer and the warm-up's and SFT's checkpoints. Any run with the same
+settings (``--resume`` of the interrupted run, or a new one) continues from there; the entry
+itself appears only complete, by a rename, so the cache never holds a half-trained model.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from turnrl.tiny.induction import induction_warmup
 from turnrl.tiny.model import load_tokenizer, tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.tiny.sft import TinyTerms, value_mask
 from turnrl.train.config import TrainConfig
+from turnrl.train.metrics import clock
 from turnrl.train.setup import cache_root, demonstrations, train_demos
 from turnrl.types import Task
 
@@ -46,9 +52,25 @@ def build_tiny(
     if (saved / "config.json").exists():  # resume: architecture + tokenizer of this run
         return LlamaForCausalLM.from_pretrained(saved), load_tokenizer(saved)
     model, tok = _cached_warm_start(cfg, family, train_tasks, log)
-    model.save_pretrained(saved)
-    tok.save_pretrained(saved)
+    shutil.rmtree(saved, ignore_errors=True)  # a copy a kill cut short
+    save_atomic(saved, model, tok)
     return model, tok
+
+
+def save_atomic(path: Path, model: torch.nn.Module | None, tok: Any) -> None:
+    """``save_pretrained`` into a temporary folder renamed to ``path``: a kill leaves no
+    ``config.json`` beside missing weights. If ``path`` appeared meanwhile (another run with
+    the same settings finished first), that one is kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if model is not None:
+        model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:  # path exists and is not empty
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cache_key(cfg: TrainConfig, family: Family) -> str:
@@ -84,18 +106,27 @@ def _cached_warm_start(
     if (cache / "config.json").exists():
         log(f"warm start: cached SFT model {cache}")
         return LlamaForCausalLM.from_pretrained(cache), load_tokenizer(cache)
+    work = cache.with_name(cache.name + ".partial")
+    if work.exists():
+        log(f"warm start: continuing the unfinished one in {work} (delete it to start over)")
     t0 = time.monotonic()
     has_expert = callable(getattr(family, "expert", None))
     if has_expert:
-        episodes = demonstrations(cfg, family, train_tasks)
+        episodes = demonstrations(cfg, family, train_tasks, log, saved=work / "episodes.pkl")
         source = f"{len(episodes)} scripted episodes"
     elif cfg.sft.enabled:
         raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
     else:
         episodes = first_turns(family, train_tasks[: max(cfg.sft.episodes, 1)])
         source = f"the first turn of {len(episodes)} tasks (no scripted expert)"
-    tok = env_tokenizer(episodes, cfg.tiny.vocab_size)
-    log(f"warm start: tokenizer ({len(tok)} tokens) from {source} in {time.monotonic() - t0:.0f}s")
+    if (work / "tokenizer" / "tokenizer.json").exists():  # the one the checkpoints' ids use
+        tok = load_tokenizer(work / "tokenizer")
+    else:
+        tok = env_tokenizer(episodes, cfg.tiny.vocab_size)
+        save_atomic(work / "tokenizer", None, tok)
+        log(
+            f"warm start: tokenizer ({len(tok)} tokens) from {source} in {clock(time.monotonic() - t0)}"
+        )
     model = tiny_model(
         tok,
         seed=cfg.seed,
@@ -103,21 +134,21 @@ def _cached_warm_start(
         layers=cfg.tiny.layers,
         context=max(4096, cfg.rollout.max_context_tokens),
     )
+    # the SFT checkpoint holds every weight: once it exists the warm-up is behind it
+    if cfg.sft.enabled and cfg.tiny.induction_steps and not (work / "sft.pt").exists():
+        t1, n = time.monotonic(), cfg.tiny.induction_steps
+        log(
+            f"warm start: induction warm-up on copy rows, at most {n} steps "
+            "(it stops once copy accuracy reaches 0.9)"
+        )
+        acc, steps = induction_warmup(
+            model, max_steps=n, seed=cfg.seed, log=log, checkpoint=work / "induction.pt"
+        )
+        log(
+            f"warm start: induction warm-up done in {clock(time.monotonic() - t1)} "
+            f"({steps} steps, copy accuracy {acc:.3f})"
+        )
     if cfg.sft.enabled:
-        if cfg.tiny.induction_steps:
-            t1 = time.monotonic()
-            acc = induction_warmup(
-                model,
-                max_steps=cfg.tiny.induction_steps,
-                seed=cfg.seed,
-                log=lambda step, loss, acc: log(
-                    f"  induction step {step} loss {loss:.3f} copy accuracy {acc:.3f}"
-                ),
-            )
-            log(
-                f"warm start: induction warm-up done in {time.monotonic() - t1:.0f}s "
-                f"(copy accuracy {acc:.3f})"
-            )
         tiny = cfg.tiny
         train_demos(
             cfg,
@@ -130,15 +161,10 @@ def _cached_warm_start(
                 tiny.value_weight,
                 tiny.copy_rows,
             ),
+            checkpoint=work / "sft.pt",
         )
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if cache.exists():  # another run cached the same warm start meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        os.replace(tmp, cache)
+    save_atomic(cache, model, tok)  # complete: only now does the cache entry exist
+    shutil.rmtree(work, ignore_errors=True)
     return model, tok
 
 

@@ -220,3 +220,58 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def clock(seconds: float) -> str:
+    """A duration as a person reads it: 42s, 3m05s, 1h07m."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+PHASE_EVERY_S = 5.0  # seconds between a set-up phase's progress lines
+
+
+class PhaseProgress:
+    """Progress lines for a long set-up phase (demonstrations, a warm-up, SFT): done/total,
+    the caller's detail (epoch, loss), elapsed time and ETA. The first line comes once a second
+    has passed (its ETA then rests on a measured rate), the next at most every ``every_s``
+    seconds, and a last one at the end if any came before (a phase shorter than a second
+    shows none: its caller's own lines say enough). Plain lines, so a log file reads as a
+    terminal does. The ETA is from this process's rate: after a resume, from the steps run
+    since. ``upper_bound``: the phase may stop early, so the ETA is a most."""
+
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        log: Callable[[str], None],
+        *,
+        start: int = 0,
+        every_s: float = PHASE_EVERY_S,
+        upper_bound: bool = False,
+    ) -> None:
+        self.name, self.total, self.log, self.start = name, total, log, start
+        self.every_s, self.upper_bound = every_s, upper_bound
+        self.t0 = time.monotonic()
+        self.last: float | None = None
+
+    def update(self, done: int, detail: str = "") -> None:
+        now = time.monotonic()
+        if self.last is None:
+            if now - self.t0 < 1.0:
+                return
+        elif done < self.total and now - self.last < self.every_s:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        eta = elapsed / max(done - self.start, 1) * (self.total - done)
+        bound = "at most " if self.upper_bound and done < self.total else ""
+        text = f"  {detail}" if detail else ""
+        self.log(
+            f"  {self.name} {done}/{self.total}{text}  elapsed {clock(elapsed)}  "
+            f"ETA {bound}{clock(eta)}"
+        )

@@ -2,14 +2,23 @@
 
 Demonstrations are rendered with the same renderer and observation deltas as rollouts, so the
 model learns exactly the token sequences it will later produce and read.
+
+A long SFT shows its progress with an ETA and saves it (weights, optimizer, schedule, its place
+in the epoch and its random state) to a checkpoint every minute or so and when Ctrl-C stops
+it, so a resume continues it exactly where it stopped: the same steps on the same batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -25,7 +34,11 @@ from turnrl.policy.hf import (
     shared_prefix_length,
     shared_prefix_logits,
 )
+from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
+from turnrl.train.metrics import PhaseProgress
 from turnrl.types import Task
+
+CHECKPOINT_EVERY_S = 60.0  # a long phase saves its progress this often (or less: SaveClock)
 
 
 @dataclass
@@ -47,25 +60,80 @@ class ExtraTerms(Protocol):
         ...
 
 
+class SaveClock:
+    """When a long phase saves its progress: every ``every_s`` seconds, or less often when a
+    save is slow (a real model's weights and optimizer), so saving stays under a tenth of the
+    phase's time."""
+
+    def __init__(self, every_s: float = CHECKPOINT_EVERY_S) -> None:
+        self.every_s, self.last, self.cost = every_s, time.monotonic(), 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= max(self.every_s, 10 * self.cost)
+
+    def saved(self, started: float) -> None:
+        self.last = time.monotonic()
+        self.cost = self.last - started
+
+
+@contextmanager
+def finish_step_on_ctrl_c() -> Iterator[Callable[[], bool]]:
+    """Within it, a first Ctrl-C only raises a flag: the training loop finishes its step, saves
+    a checkpoint and raises KeyboardInterrupt itself, so the checkpoint holds whole steps (an
+    interrupt inside ``optimizer.step`` would leave weights half-updated). A second Ctrl-C
+    interrupts at once. Outside the main thread no handler can be set: Ctrl-C acts as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    asked: list[bool] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: bool(asked)
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+
+
 async def _play(
-    family: Family, tasks: list[Task], noise: float, seed: int, max_turns: int
+    family: Family,
+    tasks: list[Task],
+    noise: float,
+    seed: int,
+    max_turns: int,
+    done: Callable[[int], None] | None,
 ) -> list[ScriptedEpisode]:
     gate = asyncio.Semaphore(16)
+    finished = [0]
 
     async def one(i: int, task: Task) -> ScriptedEpisode:
         async with gate:
             agent = family.expert(task, seed=seed + i, noise=noise)
-            return await run_scripted(
+            ep = await run_scripted(
                 family.make_env(), task, agent, max_turns=max_turns, grade=False
             )
+        finished[0] += 1
+        if done is not None:
+            done(finished[0])
+        return ep
 
     return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
 
 
 def play_demonstrations(
-    family: Family, tasks: list[Task], noise: float, seed: int, max_turns: int
+    family: Family,
+    tasks: list[Task],
+    noise: float,
+    seed: int,
+    max_turns: int,
+    done: Callable[[int], None] | None = None,
 ) -> list[ScriptedEpisode]:
-    return asyncio.run(_play(family, tasks, noise, seed, max_turns))
+    """One scripted episode per task (in the tasks' order); ``done(n)`` after each finishes."""
+    return asyncio.run(_play(family, tasks, noise, seed, max_turns, done))
 
 
 def episode_messages(ep: ScriptedEpisode, renderer: ChatRenderer) -> list[dict]:
@@ -136,52 +204,117 @@ def sft_train(
     pad_id: int,
     seed: int,
     extra: ExtraTerms | None = None,
-    log: Callable[[int, int, int, float], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    checkpoint: Path | None = None,
 ) -> list[float]:
     """Next-token cross-entropy on action tokens (plus ``extra``'s terms); one-cycle lr
     schedule, AdamW without weight decay. Returns the demonstration loss per optimizer step.
 
         loss = sum_t m_t l_t / sum_t m_t      l_t = -log p(x_t | x_<t), m the action mask
+
+    ``log`` gets progress lines. With ``checkpoint``, training continues from that file when it
+    exists and saves to it every minute or so, when Ctrl-C stops it (then KeyboardInterrupt)
+    and at the end (marked done, without optimizer state: a later call only loads the weights).
     """
     rng = random.Random(seed)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0
     )
-    total = epochs * ((len(demos) + batch_size - 1) // batch_size)
+    per_epoch = (len(demos) + batch_size - 1) // batch_size
+    total = epochs * per_epoch
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=max(total, 1), pct_start=0.1
     )
+    say = log if log is not None else (lambda line: None)
+    first_epoch, first_batch, order, losses = 0, 0, None, []
+    if checkpoint is not None and checkpoint.exists():
+        state = load_checkpoint(checkpoint, model, None)
+        x = state["extra"]
+        if (x["total"], x["demos"]) != (total, len(demos)):
+            raise ValueError(
+                f"SFT checkpoint {checkpoint} is for {x['total']} steps over {x['demos']} "
+                f"demonstrations, this SFT is {total} steps over {len(demos)}: the sft settings "
+                "changed; delete the file to start SFT over"
+            )
+        losses = x["losses"]
+        if x["done"]:
+            say(f"  sft: done already ({checkpoint})")
+            return losses
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(x["scheduler"])
+        rng.setstate(x["rng"])
+        first_epoch, first_batch, order = x["epoch"], x["batch"], x["order"]
+        say(f"  sft: continuing from its checkpoint at step {len(losses)}/{total}")
+
+    def save(epoch: int, batch: int, done: bool) -> None:
+        assert checkpoint is not None
+        if done:
+            opt.state.clear()  # nothing will step again: keep the file to the weights
+        save_checkpoint(
+            checkpoint,
+            step=len(losses),
+            version=0,
+            model=model,
+            optimizer=opt,
+            extra={
+                "total": total,
+                "demos": len(demos),
+                "epoch": epoch,
+                "batch": batch,  # the next batch of ``order`` to train on
+                "order": order,
+                "rng": rng.getstate(),
+                "scheduler": sched.state_dict(),
+                "losses": losses,
+                "done": done,
+            },
+        )
+
     device = next(model.parameters()).device
     model.train()
-    losses = []
-    for epoch in range(epochs):
-        order = list(range(len(demos)))
-        rng.shuffle(order)
-        # Plain random batches, their padding skipped by packing (batch_logits). Sorting by
-        # length instead makes batches of one kind of episode (gave up, slipped and repaired,
-        # ...) that pull every decision one way per step: a model trained from scratch then
-        # learned no copying at all in 400 steps.
-        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for idx in batches:
-            ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, device)
-            mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, device)
-            logits = batch_logits(model, ids, attn)  # [B, T, V]
-            lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
-            m = mask.float()  # [B, T] action tokens
-            loss = -(lp * m).sum() / m.sum().clamp(min=1)
-            term = extra.demo_term(idx, lp) if extra is not None else None
-            if term is not None:
-                loss = loss + term
-            demo_loss = loss.item()
-            term = extra.step_term(model, rng) if extra is not None else None
-            if term is not None:
-                loss = loss + term
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(demo_loss)
-            if log is not None:
-                log(epoch, len(losses), total, demo_loss)
+    progress = PhaseProgress("sft step", total, say, start=len(losses))
+    clock = SaveClock()
+    with finish_step_on_ctrl_c() as stopping:
+        for epoch in range(first_epoch, epochs):
+            if order is None:
+                order = list(range(len(demos)))
+                rng.shuffle(order)
+            # Plain random batches, their padding skipped by packing (batch_logits). Sorting by
+            # length instead makes batches of one kind of episode (gave up, slipped and
+            # repaired, ...) that pull every decision one way per step: a model trained from
+            # scratch then learned no copying at all in 400 steps.
+            batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+            for b in range(first_batch, len(batches)):
+                idx = batches[b]
+                ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, device)
+                mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, device)
+                logits = batch_logits(model, ids, attn)  # [B, T, V]
+                lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
+                m = mask.float()  # [B, T] action tokens
+                loss = -(lp * m).sum() / m.sum().clamp(min=1)
+                term = extra.demo_term(idx, lp) if extra is not None else None
+                if term is not None:
+                    loss = loss + term
+                demo_loss = loss.item()
+                term = extra.step_term(model, rng) if extra is not None else None
+                if term is not None:
+                    loss = loss + term
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                losses.append(demo_loss)
+                progress.update(len(losses), f"(epoch {epoch + 1}/{epochs})  loss {demo_loss:.3f}")
+                if checkpoint is not None and (stopping() or clock.due()):
+                    started = time.monotonic()
+                    save(epoch, b + 1, done=False)
+                    clock.saved(started)
+                if stopping():
+                    e = KeyboardInterrupt()
+                    kept = "its checkpoint is saved" if checkpoint else "no checkpoint is kept"
+                    e.add_note(f"SFT stopped after step {len(losses)} of {total}; {kept}")
+                    raise e
+            order, first_batch = None, 0
+    if checkpoint is not None:
+        save(epochs, 0, done=True)
     return losses
