@@ -195,7 +195,7 @@ def evaluate(
     """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns.
     With --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
     from turnrl.train.eval_cli import run_eval
-    from turnrl.train.preflight import check_model
+    from turnrl.train.preflight import HubUnavailable, check_model
 
     if endpoint is not None:
         _eval_endpoint(
@@ -225,7 +225,9 @@ def evaluate(
         cfg = _config(run_dir / "config.yaml", overrides)
     else:
         try:
-            check_model(target, field="eval TARGET")
+            check_model(target, field="eval")
+        except HubUnavailable as e:
+            raise _bad_input(str(e)) from None
         except ConfigError:
             raise _bad_input(
                 f"eval: {target} is neither a run directory (no {target}/config.yaml) nor a "

@@ -61,15 +61,15 @@ class ExtraTerms(Protocol):
 
 
 class SaveClock:
-    """When a long phase saves its progress: every ``every_s`` seconds, or less often when a
-    save is slow (a real model's weights and optimizer), so saving stays under a tenth of the
-    phase's time."""
+    """When a long phase saves its progress: every ``CHECKPOINT_EVERY_S`` seconds, or less
+    often when a save is slow (a real model's weights and optimizer), so saving stays under a
+    tenth of the phase's time."""
 
-    def __init__(self, every_s: float = CHECKPOINT_EVERY_S) -> None:
-        self.every_s, self.last, self.cost = every_s, time.monotonic(), 0.0
+    def __init__(self) -> None:
+        self.last, self.cost = time.monotonic(), 0.0
 
     def due(self) -> bool:
-        return time.monotonic() - self.last >= max(self.every_s, 10 * self.cost)
+        return time.monotonic() - self.last >= max(CHECKPOINT_EVERY_S, 10 * self.cost)
 
     def saved(self, started: float) -> None:
         self.last = time.monotonic()
