@@ -93,22 +93,30 @@ def test_phase_progress_lines_are_spaced_and_carry_an_eta(monkeypatch):
     now = [100.0]
     monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
     lines: list[str] = []
-    progress = PhaseProgress("sft step", 100, lines.append, start=20)
-    for step in range(21, 101):  # one step per 0.25 s
-        now[0] += 0.25
+    progress = PhaseProgress("sft step", 100, lines.append)
+    for step in range(21, 101):  # resumed at step 20: a slow first step, then 0.25 s each
+        now[0] += 6.0 if step == 21 else 0.25
         progress.update(step, f"loss {step / 100:.2f}")
-    # none in the first second, then one per 5 s, and the last
+    # the first line once a second update came, then one per 5 s, and the last; the ETA is
+    # 0.25 s x the steps left (the first step's 6 s are not taken for the rate)
     assert lines == [
-        "  sft step 24/100  loss 0.24  elapsed 1s  ETA 19s",
-        "  sft step 44/100  loss 0.44  elapsed 6s  ETA 14s",
-        "  sft step 64/100  loss 0.64  elapsed 11s  ETA 9s",
-        "  sft step 84/100  loss 0.84  elapsed 16s  ETA 4s",
-        "  sft step 100/100  loss 1.00  elapsed 20s  ETA 0s",
+        "  sft step 22/100  loss 0.22  elapsed 6s  ETA 20s",
+        "  sft step 42/100  loss 0.42  elapsed 11s  ETA 15s",
+        "  sft step 62/100  loss 0.62  elapsed 16s  ETA 10s",
+        "  sft step 82/100  loss 0.82  elapsed 21s  ETA 5s",
+        "  sft step 100/100  loss 1.00  elapsed 26s  ETA 0s",
     ]
+    lines.clear()
+    quick = PhaseProgress("episode", 50, lines.append)
+    for done in range(1, 51):  # all in half a second: the caller's own lines say enough
+        now[0] += 0.01
+        quick.update(done)
+    assert lines == []
     bounded = PhaseProgress("induction step", 3000, lines.append, upper_bound=True)
+    bounded.update(1)
     now[0] += 90.0
-    bounded.update(1500)
-    assert lines[-1] == "  induction step 1500/3000  elapsed 1m30s  ETA at most 1m30s"
+    bounded.update(1501)
+    assert lines == ["  induction step 1501/3000  elapsed 1m30s  ETA at most 1m30s"]
     assert metrics.clock(3725) == "1h02m" and metrics.clock(65) == "1m05s"
 
 

@@ -101,7 +101,7 @@ def induction_warmup(
         save_checkpoint(checkpoint, step=step, version=0, model=model, optimizer=opt, extra=extra)
 
     model.train()
-    progress = PhaseProgress("induction step", max_steps, say, start=step, upper_bound=True)
+    progress = PhaseProgress("induction step", max_steps, say, upper_bound=True)
     clock = SaveClock()
     mean = sum(recent) / max(len(recent), 1)
     with finish_step_on_ctrl_c() as stopping:

@@ -109,7 +109,6 @@ def _cached_warm_start(
     work = cache.with_name(cache.name + ".partial")
     if work.exists():
         log(f"warm start: continuing the unfinished one in {work} (delete it to start over)")
-    t0 = time.monotonic()
     has_expert = callable(getattr(family, "expert", None))
     if has_expert:
         episodes = demonstrations(cfg, family, train_tasks, log, saved=work / "episodes.pkl")
@@ -122,6 +121,7 @@ def _cached_warm_start(
     if (work / "tokenizer" / "tokenizer.json").exists():  # the one the checkpoints' ids use
         tok = load_tokenizer(work / "tokenizer")
     else:
+        t0 = time.monotonic()
         tok = env_tokenizer(episodes, cfg.tiny.vocab_size)
         save_atomic(work / "tokenizer", None, tok)
         log(

@@ -224,7 +224,7 @@ class Progress:
 
 def clock(seconds: float) -> str:
     """A duration as a person reads it: 42s, 3m05s, 1h07m."""
-    s = max(int(round(seconds)), 0)
+    s = max(int(seconds + 0.5), 0)  # rounded half up
     if s < 60:
         return f"{s}s"
     if s < 3600:
@@ -238,11 +238,12 @@ PHASE_EVERY_S = 5.0  # seconds between a set-up phase's progress lines
 class PhaseProgress:
     """Progress lines for a long set-up phase (demonstrations, a warm-up, SFT): done/total,
     the caller's detail (epoch, loss), elapsed time and ETA. The first line comes once a second
-    has passed (its ETA then rests on a measured rate), the next at most every ``every_s``
-    seconds, and a last one at the end if any came before (a phase shorter than a second
-    shows none: its caller's own lines say enough). Plain lines, so a log file reads as a
-    terminal does. The ETA is from this process's rate: after a resume, from the steps run
-    since. ``upper_bound``: the phase may stop early, so the ETA is a most."""
+    has passed and a second update came in, the next at most every ``every_s`` seconds, and a
+    last one at the end if any came before (a phase shorter than a second shows none: its
+    caller's own lines say enough). Plain lines, so a log file reads as a terminal does. The
+    ETA is the rate since the first update times what is left: the first step pays one-time
+    costs (allocations, cold caches) that can be several steps' worth. ``upper_bound``: the phase may
+    stop early, so the ETA is a most."""
 
     def __init__(
         self,
@@ -250,28 +251,31 @@ class PhaseProgress:
         total: int,
         log: Callable[[str], None],
         *,
-        start: int = 0,
         every_s: float = PHASE_EVERY_S,
         upper_bound: bool = False,
     ) -> None:
-        self.name, self.total, self.log, self.start = name, total, log, start
+        self.name, self.total, self.log = name, total, log
         self.every_s, self.upper_bound = every_s, upper_bound
         self.t0 = time.monotonic()
-        self.last: float | None = None
+        self.first: tuple[float, int] | None = None  # (time, done) of the first update
+        self.last: float | None = None  # when the last line was written
 
     def update(self, done: int, detail: str = "") -> None:
         now = time.monotonic()
+        if self.first is None or done == self.first[1]:
+            self.first = (now, done)
+            return
         if self.last is None:
             if now - self.t0 < 1.0:
                 return
         elif done < self.total and now - self.last < self.every_s:
             return
         self.last = now
-        elapsed = now - self.t0
-        eta = elapsed / max(done - self.start, 1) * (self.total - done)
+        t1, done1 = self.first
+        eta = (now - t1) / (done - done1) * (self.total - done)
         bound = "at most " if self.upper_bound and done < self.total else ""
         text = f"  {detail}" if detail else ""
         self.log(
-            f"  {self.name} {done}/{self.total}{text}  elapsed {clock(elapsed)}  "
+            f"  {self.name} {done}/{self.total}{text}  elapsed {clock(now - self.t0)}  "
             f"ETA {bound}{clock(eta)}"
         )

@@ -271,7 +271,7 @@ def sft_train(
 
     device = next(model.parameters()).device
     model.train()
-    progress = PhaseProgress("sft step", total, say, start=len(losses))
+    progress = PhaseProgress("sft step", total, say)
     clock = SaveClock()
     with finish_step_on_ctrl_c() as stopping:
         for epoch in range(first_epoch, epochs):
