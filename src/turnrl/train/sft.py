@@ -11,6 +11,7 @@ it, so a resume continues it exactly where it stopped: the same steps on the sam
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
 import threading
@@ -91,6 +92,10 @@ def finish_step_on_ctrl_c() -> Iterator[Callable[[], bool]]:
         if asked:
             raise KeyboardInterrupt
         asked.append(True)
+        try:  # os.write, not print: a handler may run in the middle of a print
+            os.write(2, b"Ctrl-C: stopping at the end of this step (again: stop at once)\n")
+        except OSError:
+            pass
 
     old = signal.signal(signal.SIGINT, handler)
     try:
