@@ -310,7 +310,6 @@ def test_eval_of_a_missing_run_fails_in_one_line_at_once(tmp_path, monkeypatch, 
 def test_eval_of_a_hub_model_not_available_offline_fails_in_one_line_at_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty Hugging Face cache
     t0 = time.monotonic()
     result = runner.invoke(app, ["eval", "someorg/somemodel"])
     assert result.exit_code == 2
