@@ -124,9 +124,8 @@ def _cached_warm_start(
         t0 = time.monotonic()
         tok = env_tokenizer(episodes, cfg.tiny.vocab_size)
         save_atomic(work / "tokenizer", None, tok)
-        log(
-            f"warm start: tokenizer ({len(tok)} tokens) from {source} in {clock(time.monotonic() - t0)}"
-        )
+        took = clock(time.monotonic() - t0)
+        log(f"warm start: tokenizer ({len(tok)} tokens) from {source} in {took}")
     model = tiny_model(
         tok,
         seed=cfg.seed,
