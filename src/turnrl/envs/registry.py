@@ -53,6 +53,10 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.computer:ComputerFamily",
         "a simulated desktop seen as an accessibility tree (and screenshots)",
     ),
+    "locker": (
+        "turnrl.envs.locker:LockerFamily",
+        "open a locker whose code only a subagent can read; learns to delegate (subagents)",
+    ),
     "guess": (
         "turnrl.envs.guess:GuessFamily",
         "find a hidden number by bisection; the smallest multi-turn task (tests, demos)",

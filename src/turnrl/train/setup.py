@@ -71,7 +71,9 @@ def demonstrations(cfg: TrainConfig, family: Family, train_tasks: list[Task]):
         raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
     rng = random.Random(cfg.seed)
     tasks = [rng.choice(train_tasks) for _ in range(cfg.sft.episodes)]
-    return play_demonstrations(family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns)
+    episodes = play_demonstrations(family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns)
+    # with a subagent, the sub-episodes its scripted expert played teach that side too
+    return episodes + getattr(family, "sub_demonstrations", list)()
 
 
 def render_demos(
