@@ -80,7 +80,7 @@ class _Answered(ToolEnv):
     (the subagent's answer)."""
 
     def __init__(self, env: ToolEnv) -> None:
-        self.env, self.answer = env, None
+        self.env, self.result = env, None  # the answer
         self.tools, self.final_answer = env.tools, env.final_answer
 
     @property
@@ -101,7 +101,7 @@ class _Answered(ToolEnv):
 
     def _keep(self, step: StepResult) -> StepResult:
         if step.terminated:
-            self.answer = step.observation
+            self.result = step.observation
         return step
 
     async def grade(self) -> RewardResult:
@@ -123,7 +123,7 @@ def _call_of(traj: Trajectory, env: _Answered, generated: int) -> SubCall:
         tokens=int(traj.metrics.get("tokens", 0)),
         generated_tokens=generated,
         time_s=traj.metrics.get("time/episode_s", 0.0),
-        answer=env.answer if done else None,
+        answer=env.result if done else None,
         error=traj.error,
         success=traj.metrics.get("success"),
     )
@@ -218,14 +218,14 @@ class ScriptedSubagent:
         t0 = time.monotonic()
         ep = await run_scripted(answered, task, self.expert(task), max_turns=self.max_turns)
         self.episodes.append(ep)
-        done = ep.terminated and answered.answer is not None
+        done = ep.terminated and answered.result is not None
         return SubCall(
             reason=(TerminationReason.DONE if done else TerminationReason.MAX_TURNS).value,
             turns=len(ep.calls),
             tokens=0,
             generated_tokens=0,
             time_s=time.monotonic() - t0,
-            answer=answered.answer if done else None,
+            answer=answered.result if done else None,
             success=float(ep.result.success) if ep.result is not None else None,
         )
 
@@ -466,10 +466,30 @@ def start_subagent(
     return run
 
 
+def eval_subagent(
+    cfg: Any, family: Any, run_dir: Any, model: torch.nn.Module, tokenizer: Any, renderer: Any
+) -> SubagentFamily:
+    """``family`` with the subagent of the run being evaluated (``turnrl eval``): a snapshot
+    that was never refreshed is the run's starting policy again (``run_dir/warm_start`` for the
+    tiny model, else ``model.name``); a refreshed one is the evaluated policy, as it was after
+    the run's last refresh at the latest."""
+    wrapped = with_subagent(family, cfg.subagent.max_turns)
+    start = model
+    if cfg.subagent.model == "snapshot" and not cfg.subagent.refresh_every and run_dir is not None:
+        from turnrl.policy.models import load_model, place
+
+        m = cfg.model
+        warm = run_dir / "warm_start"
+        source = warm if (warm / "config.json").exists() else m.name
+        start = place(load_model(source, m.dtype, m.device, m.trust_remote_code), m.device, m.dtype)
+    start_subagent(cfg, wrapped, start, tokenizer, renderer, 0)
+    return wrapped
+
+
 def subagent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """The step's ``subagent/*`` metrics from the calls each episode's grade recorded: calls,
     turns, tokens and time per episode; the share of episodes that delegated; the share of
-    calls that answered, and of those cut by each budget."""
+    calls that answered, that the sub-env graded a success, and that each budget cut."""
     calls_per = [t.graded.info.get("subagent") for t in trajs if t.graded is not None]
     calls_per = [c for c in calls_per if c is not None]
     if not calls_per:
@@ -486,6 +506,9 @@ def subagent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     }
     k = max(len(calls), 1)
     out["subagent/answered"] = sum(c["reason"] == "done" for c in calls) / k
+    graded = [c["success"] for c in calls if c["success"] is not None]
+    if graded:  # the sub-env's own grade of the answer, where it gives one
+        out["subagent/success"] = sum(graded) / len(graded)
     for reason in STOPS:
         out[f"subagent/stop/{reason.value}"] = sum(c["reason"] == reason.value for c in calls) / k
     return out

@@ -243,9 +243,9 @@ class SubagentConfig(Strict):
     """A ``delegate(task)`` tool: a frozen model runs its own episode in the env's sub-env and
     its answer returns as an observation (mask 0; see :mod:`turnrl.rollout.subagent`)."""
 
-    enabled: bool = False
-    # who answers: "snapshot" (a frozen copy of the policy), a local model directory, or an
-    # OpenAI-compatible endpoint {base_url, model, api_key_env, timeout, ...}
+    enabled: bool = False  # give every env of the run the delegate tool
+    # who answers: "snapshot" (a frozen copy of the policy), a local model directory (or
+    # smollm2), or an OpenAI-compatible endpoint {base_url, model, api_key_env, timeout, ...}
     model: str | dict[str, Any] = "snapshot"
     refresh_every: int = Field(0, ge=0)  # snapshot: copy the policy again every N steps (0: never)
     temperature: float = Field(1.0, ge=0)  # the subagent's sampling temperature (0: greedy)
@@ -253,7 +253,7 @@ class SubagentConfig(Strict):
     max_turns: int = Field(4, ge=1)
     max_new_tokens: int = Field(64, ge=1)  # per subagent turn
     max_context_tokens: int = Field(1024, ge=64)  # the sub-episode's whole context
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0)  # wall clock of one delegated call
     concurrency: int = Field(8, ge=1)  # sub-episodes running at once, over all episodes
 
     @field_validator("model")
@@ -263,10 +263,11 @@ class SubagentConfig(Strict):
             from turnrl.policy.openai import endpoint_chat
 
             endpoint_chat(model, "subagent.model")  # raises ValueError naming the bad key
-        elif model != "snapshot":
-            from turnrl.train.preflight import check_model
-
-            check_model(model, "subagent.model")
+        elif model not in ("snapshot", "smollm2") and not (Path(model) / "config.json").is_file():
+            raise ValueError(
+                f"subagent.model: {model} is not a model directory (no config.json); give "
+                "snapshot, smollm2, a local model directory or an endpoint {base_url, model}"
+            )
         return model
 
     @model_validator(mode="after")
