@@ -406,3 +406,30 @@ def test_bad_subagent_config_fails_in_one_line_before_anything_is_written(tmp_pa
     assert r.exit_code == 2, r.output
     assert says in r.output and len(r.output.strip().splitlines()) <= 2, r.output
     assert not runs.exists()
+
+
+def test_local_model_directory_as_subagent(renderer, tmp_path):
+    from turnrl.tiny.model import tiny_model
+
+    model = tiny_model(renderer.tokenizer, hidden_size=32, layers=1)
+    model.save_pretrained(tmp_path / "helper")
+    renderer.tokenizer.save_pretrained(tmp_path / "helper")
+    cfg = load_config(
+        None,
+        ["recipe=locker-tiny", f"subagent.model={tmp_path / 'helper'}", "subagent.max_turns=2"],
+    )
+    family = with_subagent(LockerFamily(), cfg.subagent.max_turns)
+    run = start_subagent(cfg, family, None, None, None, 0)  # type: ignore[arg-type]
+    assert run.snapshot is None and str(tmp_path) in run.describe
+    sub = run.subagent
+    assert all(not p.requires_grad for p in sub.policy.model.parameters())
+
+    async def go():
+        env = family.make_env()
+        await env.reset(TASK)
+        return await env.step(ToolCall("delegate", {"task": DELEGATED})), env.calls
+
+    step, (call,) = asyncio.run(go())
+    assert not step.terminated  # an untrained helper: whatever it did, the agent goes on
+    assert call.turns >= 1 and call.generated_tokens > 0 and call.tokens > call.generated_tokens
+    assert step.observation == call.observation  # its answer, or why it stopped

@@ -360,6 +360,8 @@ class SubagentFamily:
 def with_subagent(family: Any, max_turns: int) -> SubagentFamily:
     """``family`` with the delegate tool; ValueError (one line) when its env has no sub-env."""
     env = family.make_env()
+    if "delegate" in env.tools:
+        raise ValueError(f"subagent.enabled: env {family.name} already has a tool named delegate")
     has_hook = type(env).subagent_env is not ToolEnv.subagent_env
     if not (has_hook or env.subagent_tools):
         raise ValueError(
