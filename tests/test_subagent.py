@@ -309,10 +309,11 @@ SMALL = [
     "tiny.vocab_size=320",
     "tiny.hidden_size=64",
     "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
+    "rollout.group_size=4",
+    "algo.entropy_coef=0.01",  # a gradient even when a group's rewards tie
     "env.eval_tasks=4",
-    "optim.minibatch_size=4",
-    "optim.micro_batch_size=4",
+    "optim.minibatch_size=8",
+    "optim.micro_batch_size=8",
 ]
 
 
