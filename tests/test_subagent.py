@@ -129,6 +129,7 @@ def test_delegated_answer_is_an_observation_and_no_subagent_token_is_trained(ren
     assert call["generated_tokens"] == sum(len(ids) for ids in sub.written)
     m = subagent_metrics([traj])
     assert m["subagent/calls"] == 1 and m["subagent/answered"] == 1
+    assert traj.metrics["subagent/turns"] == 2  # the episode's own metrics too
     assert m["subagent/tokens"] > m["subagent/generated_tokens"] > 0
 
 

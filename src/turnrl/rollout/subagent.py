@@ -488,24 +488,35 @@ def eval_subagent(
     return wrapped
 
 
+def episode_metrics(calls: list[dict[str, Any]]) -> dict[str, float]:
+    """One episode's delegated calls as its metrics (sums over its calls)."""
+    return {
+        "subagent/calls": float(len(calls)),
+        "subagent/turns": float(sum(c["turns"] for c in calls)),
+        "subagent/tokens": float(sum(c["tokens"] for c in calls)),
+        "subagent/generated_tokens": float(sum(c["generated_tokens"] for c in calls)),
+        "subagent/time_s": float(sum(c["time_s"] for c in calls)),
+    }
+
+
 def subagent_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """The step's ``subagent/*`` metrics from the calls each episode's grade recorded: calls,
-    turns, tokens and time per episode; the share of episodes that delegated; the share of
-    calls that answered, that the sub-env graded a success, and that each budget cut."""
-    calls_per = [t.graded.info.get("subagent") for t in trajs if t.graded is not None]
-    calls_per = [c for c in calls_per if c is not None]
+    """The step's ``subagent/*`` metrics from the calls each episode's grade recorded (each
+    episode also gets its own sums in ``trajectory.metrics``): calls, turns, tokens and time
+    per episode; the share of episodes that delegated; the share of calls that answered, that
+    the sub-env graded a success, and that each budget cut."""
+    calls_per = []
+    for t in trajs:
+        calls = t.graded.info.get("subagent") if t.graded is not None else None
+        if calls is not None:
+            t.metrics.update(episode_metrics(calls))
+            calls_per.append(calls)
     if not calls_per:
         return {}
     n = len(calls_per)
+    per_episode = [episode_metrics(cs) for cs in calls_per]
+    out = {k: sum(m[k] for m in per_episode) / n for k in per_episode[0]}
+    out["subagent/delegation_rate"] = sum(bool(cs) for cs in calls_per) / n
     calls = [c for cs in calls_per for c in cs]
-    out = {
-        "subagent/delegation_rate": sum(bool(cs) for cs in calls_per) / n,
-        "subagent/calls": len(calls) / n,
-        "subagent/turns": sum(c["turns"] for c in calls) / n,
-        "subagent/tokens": sum(c["tokens"] for c in calls) / n,
-        "subagent/generated_tokens": sum(c["generated_tokens"] for c in calls) / n,
-        "subagent/time_s": sum(c["time_s"] for c in calls) / n,
-    }
     k = max(len(calls), 1)
     out["subagent/answered"] = sum(c["reason"] == "done" for c in calls) / k
     graded = [c["success"] for c in calls if c["success"] is not None]
