@@ -435,3 +435,13 @@ def test_local_model_directory_as_subagent(renderer, tmp_path):
     assert not step.terminated  # an untrained helper: whatever it did, the agent goes on
     assert call.turns >= 1 and call.generated_tokens > 0 and call.tokens > call.generated_tokens
     assert step.observation == call.observation  # its answer, or why it stopped
+
+
+def test_resume_rebuilds_a_frozen_snapshot_as_it_was(snapshots, tmp_path):
+    cfg = load_config(None, SMALL + [f"runs_dir={tmp_path}", "steps=1"])
+    run_dir = train(cfg, quiet=True, log=lambda s: None)
+    more = load_config(None, SMALL + [f"runs_dir={tmp_path}", "steps=2"])
+    train(more, resume_dir=run_dir, quiet=True, log=lambda s: None)
+    first, resumed = snapshots
+    assert all(torch.equal(resumed.initial[k], v) for k, v in first.initial.items())
+    assert resumed.refreshes == 0 and [r["subagent/version"] for r in metrics(run_dir)] == [0, 0]
