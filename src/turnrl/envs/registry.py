@@ -208,6 +208,8 @@ class EnvClassFamily:
         self.name = cls.name if cls.name != ToolEnv.name else cls.__name__
         if hasattr(cls, "expert"):
             self.expert = cls.expert  # type: ignore[attr-defined]
+        if hasattr(cls, "subagent_expert"):  # answers delegated calls in SFT demonstrations
+            self.subagent_expert = cls.subagent_expert  # type: ignore[attr-defined]
         self.make_env()  # a bad option fails now, naming it, not inside the first episode
 
     def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
