@@ -25,6 +25,17 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
     end the episode (or an observation asking for more). Without ``final_answer`` such a reply
     is a format error shown to the model.
 
+``env.subagent_env() -> ToolEnv``
+    Optional: where a subagent works when the agent delegates (the ``subagent`` config
+    section adds a ``delegate(task)`` tool, :mod:`turnrl.rollout.subagent`). Called during
+    an episode, so the returned env may hold a view of this episode's state (a document only
+    the subagent can read). Its ``reset`` receives a Task whose payload holds the delegated
+    text as ``"task"``; the sub-episode's answer is the observation of the step that ends it
+    (a finishing tool returns the answer itself, ``ToolOutput(answer, done=True)``, or a
+    ``final_answer`` env's ``answer(text)`` returns it). The default: a view of this env's own
+    state offering the tools named in ``subagent_tools`` and a plain-text final answer; an
+    env with neither cannot enable the subagent. The sub-env is closed after its episode.
+
 Tools are listed in the class attribute ``tools`` (method names). Each method's type hints
 and docstring become the JSON schema shown to the model; arguments are validated by pydantic
 before the method runs, so a wrong type becomes an observation the model can read.
@@ -119,6 +130,7 @@ class ToolEnv:
     tools: ClassVar[tuple[str, ...]] = ()
     tool_timeout_s: ClassVar[float | None] = None  # per call; None: only the episode timeout
     final_answer: ClassVar[bool] = False  # a reply without a tool call ends the episode
+    subagent_tools: ClassVar[tuple[str, ...]] = ()  # tools a subagent may call on this state
     instructions: str = ""
 
     async def reset(self, task: Task) -> str:
@@ -133,6 +145,16 @@ class ToolEnv:
     async def answer(self, text: str) -> StepResult:
         """The agent's plain-text final answer (envs with ``final_answer = True``)."""
         raise NotImplementedError(f"{type(self).__name__} sets final_answer but has no answer()")
+
+    def subagent_env(self) -> ToolEnv:
+        """The env a subagent works in when the agent delegates (see the module docstring)."""
+        if not self.subagent_tools:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no subagent_env() and no subagent_tools"
+            )
+        from turnrl.rollout.subagent import SharedStateEnv
+
+        return SharedStateEnv(self, self.subagent_tools)
 
     def anchor(self, observation: str) -> Any:
         """The env state after a step, hashable; GiGPO groups steps by it. Default: the

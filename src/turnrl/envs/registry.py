@@ -53,6 +53,10 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.computer:ComputerFamily",
         "a simulated desktop seen as an accessibility tree (and screenshots)",
     ),
+    "locker": (
+        "turnrl.envs.locker:LockerFamily",
+        "open a locker whose code only a subagent can read; learns to delegate (subagents)",
+    ),
     "guess": (
         "turnrl.envs.guess:GuessFamily",
         "find a hidden number by bisection; the smallest multi-turn task (tests, demos)",
@@ -204,6 +208,8 @@ class EnvClassFamily:
         self.name = cls.name if cls.name != ToolEnv.name else cls.__name__
         if hasattr(cls, "expert"):
             self.expert = cls.expert  # type: ignore[attr-defined]
+        if hasattr(cls, "subagent_expert"):  # answers delegated calls in SFT demonstrations
+            self.subagent_expert = cls.subagent_expert  # type: ignore[attr-defined]
         self.make_env()  # a bad option fails now, naming it, not inside the first episode
 
     def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:

@@ -91,6 +91,7 @@ def cache_key(cfg: TrainConfig, family: Family) -> str:
                     cfg.rollout.max_turns,
                 ],
                 "v": CACHE_VERSION,
+                **({"subagent": True} if cfg.subagent.enabled else {}),  # demos then delegate
             },
             sort_keys=True,
             default=str,

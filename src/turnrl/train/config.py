@@ -239,6 +239,44 @@ class TinyConfig(Strict):
     copy_rows: int = Field(0, ge=0)
 
 
+class SubagentConfig(Strict):
+    """A ``delegate(task)`` tool: a frozen model runs its own episode in the env's sub-env and
+    its answer returns as an observation (mask 0; see :mod:`turnrl.rollout.subagent`)."""
+
+    enabled: bool = False  # give every env of the run the delegate tool
+    # who answers: "snapshot" (a frozen copy of the policy), a local model directory (or
+    # smollm2), or an OpenAI-compatible endpoint {base_url, model, api_key_env, timeout, ...}
+    model: str | dict[str, Any] = "snapshot"
+    refresh_every: int = Field(0, ge=0)  # snapshot: copy the policy again every N steps (0: never)
+    temperature: float = Field(1.0, ge=0)  # the subagent's sampling temperature (0: greedy)
+    # budgets of one delegated call; a call past one ends with its reason as the observation
+    max_turns: int = Field(4, ge=1)
+    max_new_tokens: int = Field(64, ge=1)  # per subagent turn
+    max_context_tokens: int = Field(1024, ge=64)  # the sub-episode's whole context
+    timeout_s: float = Field(60.0, gt=0)  # wall clock of one delegated call
+    concurrency: int = Field(8, ge=1)  # sub-episodes running at once, over all episodes
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, model: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(model, dict):
+            from turnrl.policy.openai import endpoint_chat
+
+            endpoint_chat(model, "subagent.model")  # raises ValueError naming the bad key
+        elif model not in ("snapshot", "smollm2") and not (Path(model) / "config.json").is_file():
+            raise ValueError(
+                f"subagent.model: {model} is not a model directory (no config.json); give "
+                "snapshot, smollm2, a local model directory or an endpoint {base_url, model}"
+            )
+        return model
+
+    @model_validator(mode="after")
+    def _refresh_needs_snapshot(self) -> SubagentConfig:
+        if self.refresh_every and self.model != "snapshot":
+            raise ValueError("subagent.refresh_every: only a snapshot of the policy is refreshed")
+        return self
+
+
 class DistributedConfig(Strict):
     backend: Literal["local", "ray"] = "local"  # ray: envs + rollouts in Ray actors
     address: str | None = None  # an existing Ray cluster; None starts a local one
@@ -281,6 +319,7 @@ class TrainConfig(Strict):
     sft: SFTConfig = SFTConfig()
     tiny: TinyConfig | None = None  # filled in for model.name=tiny; an error for other models
     distributed: DistributedConfig = DistributedConfig()
+    subagent: SubagentConfig = SubagentConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="before")
@@ -315,6 +354,8 @@ class TrainConfig(Strict):
             if "is_correction" not in self.algo.model_fields_set:
                 # vLLM's kernels differ from the trainer's: correct for the mismatch by default
                 self.algo.is_correction = "tis"
+        if self.subagent.enabled and self.distributed.backend != "local":
+            raise ValueError("subagent.enabled: only with distributed.backend=local")
         if self.sft.enabled and self.sft.episodes > 0:
             from turnrl.envs.registry import has_expert
 

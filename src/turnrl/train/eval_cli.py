@@ -77,6 +77,10 @@ def run_eval(
         model, tok = load_policy(cfg, run_dir)
         renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
         policy = HFPolicy(model, tok.pad_token_id)
+        if cfg.subagent.enabled:  # the run's delegate tool and its frozen subagent
+            from turnrl.rollout.subagent import eval_subagent
+
+            family = eval_subagent(cfg, family, run_dir, model, tok, renderer)
         result, _ = asyncio.run(
             evaluate_policy(
                 family,

@@ -27,6 +27,7 @@ from turnrl.policy.models import place
 from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.rollout.subagent import start_subagent
 from turnrl.train.batch import collate
 from turnrl.train.checkpoint import (
     CheckpointError,
@@ -34,7 +35,7 @@ from turnrl.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from turnrl.train.config import TrainConfig
+from turnrl.train.config import ConfigError, TrainConfig
 from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
 from turnrl.train.metrics import (
@@ -66,6 +67,16 @@ def limits_of(cfg: TrainConfig) -> RolloutLimits:
         max_parse_errors=r.max_parse_errors,
         episode_timeout_s=r.episode_timeout_s,
     )
+
+
+def subagent_family(cfg: TrainConfig, family: Family):
+    """``family`` with the delegate tool; ConfigError when its env gives a subagent no sub-env."""
+    from turnrl.rollout.subagent import with_subagent
+
+    try:
+        return with_subagent(family, cfg.subagent.max_turns)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def rubric_of(cfg: TrainConfig) -> Rubric:
@@ -118,6 +129,8 @@ def train(
         require_wandb()
     silence_library_progress()
     family, train_tasks, eval_tasks = preflight(cfg)
+    if cfg.subagent.enabled:  # the delegate tool (turnrl.rollout.subagent)
+        family = subagent_family(cfg, family)
     if cfg.model.name != "tiny":  # the template contract, before anything is written
         check_model_template(cfg.model.name, cfg.model.tool_format)
     run_dir = resume_dir or _new_run_dir(cfg)
@@ -133,6 +146,10 @@ def train(
     renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
     policy = HFPolicy(model, tokenizer.pad_token_id)
     params = _sampling(cfg, renderer)
+    subagent = None
+    if cfg.subagent.enabled:  # frozen before any update; refreshed below when due
+        subagent = start_subagent(cfg, family, model, tokenizer, renderer, policy.version)
+        log(f"subagent: {subagent.describe}")
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -149,6 +166,8 @@ def train(
         state = load_checkpoint(ckpt, model, optimizer, critic=critic)
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
+        if subagent is not None:
+            subagent.resumed(model, policy.version)
     if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
         save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
     sampler = policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, policy)
@@ -249,6 +268,8 @@ def train(
                     per_token=per_token,
                 )
                 policy.version += 1
+            if subagent is not None:
+                subagent.step_done(model, step + 1, policy.version)
             if sampler is not policy:
                 sampler.load_weights(trainer_weights(model), policy.version)
             if rollouts is not None:
@@ -260,6 +281,7 @@ def train(
                 **reward_metrics,
                 **rollout_metrics,
                 **train_metrics,
+                **(subagent.metrics(trajs) if subagent is not None else {}),
             }
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version

@@ -115,6 +115,8 @@ def demonstrations(
         family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns, done=progress.update
     )
     say(f"warm start: {n} episodes played in {clock(time.monotonic() - t0)}")
+    # with a subagent, the sub-episodes its scripted expert played teach that side too
+    episodes = episodes + getattr(family, "sub_demonstrations", list)()
     if saved is not None:
         try:
             data = pickle.dumps(episodes)
