@@ -24,6 +24,7 @@ import copy
 import os
 import random
 import socket
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -153,6 +154,15 @@ class Dist:
         merged = {k: sum(p[1].get(k, 0.0) * len(p[0]) for p in parts) / max(n, 1) for k in keys}
         return [t for p in parts for t in p[0]], merged, parts[0][2]
 
+    def main_first(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on rank 0, then on the others: what rank 0 writes (the tiny model's warm
+        start in the run directory), they read."""
+        if not self.group or self.world == 1:
+            return fn()
+        out = fn() if self.main else None
+        dist.barrier()
+        return out if self.main else fn()
+
     def agree(self, obj: T) -> T:
         """Rank 0's ``obj`` on every rank: a decision only rank 0 can take (eval, resume)."""
         if not self.group or self.world == 1:
@@ -229,7 +239,7 @@ class Dist:
         if self.strategy == "ddp":
             ids = [self.local_rank] if next(model.parameters()).is_cuda else None
             self.scorer = nn.parallel.DistributedDataParallel(
-                scorer, device_ids=ids, broadcast_buffers=False
+                scorer, device_ids=ids, forward_sync_buffers=False
             )
         elif self.strategy == "fsdp2":
             self.full = copy.deepcopy(model)
@@ -270,6 +280,8 @@ class Dist:
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         by_name = get_optimizer_state_dict(model, optimizer, options=opts)
+        if not self.main:  # gathered on rank 0 only
+            return {}
         return _to_index_format(by_name, _param_names(model, optimizer))
 
     def load_state(
@@ -378,7 +390,7 @@ def _to_name_format(by_index: dict, names: list[str]) -> dict:
     return {"state": {names[i]: s for i, s in by_index["state"].items()}, "param_groups": groups}
 
 
-def init(cfg: TrainConfig) -> Dist:
+def init_dist(cfg: TrainConfig) -> Dist:
     """This process's :class:`Dist`: the process group torchrun describes (gloo on CPU, NCCL on
     CUDA), a one-process group for FSDP2 without torchrun, or none."""
     world = launched_world()
