@@ -4,18 +4,29 @@ the real CLI writes one set of outputs."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from transformers import LlamaForCausalLM
 
 from tests.test_step import tiny_lm, uneven_batch
 from turnrl.algo.critic import TurnCritic
-from turnrl.train.config import load_config
-from turnrl.train.distributed import Dist
+from turnrl.train.config import ConfigError, load_config
+from turnrl.train.distributed import Dist, check_trainer
 from turnrl.train.step import train_on_batch
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 # (strategy, advantage): FSDP2 shards the policy; the critic's head stays outside under DDP
 CASES = [("ddp", "grpo"), ("fsdp2", "grpo"), ("ddp", "gae_turn")]
@@ -113,3 +124,120 @@ def test_two_processes_train_exactly_as_one(tmp_path):
             torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-5, msg=f"{strategy} {k}")
         for k in ("advantages", "trainer_logprobs", "ratios"):
             torch.testing.assert_close(pt2[k], pt1[k], rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+# -- the real CLI under torchrun ---------------------------------------------------------------
+
+RUN = [
+    "env.name=guess",
+    "env.options={low: 1, high: 3, secret: 2}",
+    "env.eval_tasks=2",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens=16",
+    "rollout.max_context_tokens=256",
+    "sft.enabled=true",
+    "sft.episodes=32",
+    "sft.epochs=2",
+    "sft.lr=0.01",
+    "sft.batch_size=16",
+    "optim.lr=0.01",
+    "algo.entropy_coef=0.01",  # every row is trained: the weights move at every step
+    "optim.minibatch_size=4",
+    "optim.micro_batch_size=2",
+    "threads=1",
+    "tiny.vocab_size=300",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
+    "trainer.strategy=fsdp2",
+]
+
+
+def torchrun(args: list[str], cache, **kw) -> subprocess.Popen:
+    env = {**os.environ, "TURNRL_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    cmd += ["--master_port", str(free_port()), "-m", "turnrl", "train", "--quiet", *args]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
+    )
+
+
+def finish(p: subprocess.Popen) -> str:
+    out, _ = p.communicate(timeout=240)
+    assert p.returncode == 0, out[-3000:]
+    return out
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_torchrun_cli_writes_once_and_a_killed_run_resumes_exactly(tmp_path):
+    runs = tmp_path / "runs"
+    # uninterrupted: 2 steps on 2 processes through `torchrun ... -m turnrl train`
+    out = finish(torchrun([*RUN, f"runs_dir={runs}", "name=whole", "steps=2"], tmp_path))
+    assert out.count("done: ") == 1 and out.count("run directory: ") == 1, out
+    assert sorted(p.name for p in runs.iterdir()) == ["whole"]  # one run directory
+    whole = runs / "whole"
+    steps = [r["step"] for r in rows(whole) if "loss" in r]
+    assert steps == [1, 2]  # one metrics row per step, not one per rank
+    assert len(list((whole / "tensorboard").iterdir())) == 1
+    assert len(list((whole / "trajectories").iterdir())) == 2
+    # the same run killed (SIGKILL to torchrun and both ranks) once step 1 is saved, resumed
+    p = torchrun(
+        [*RUN, f"runs_dir={runs}", "name=cut", "steps=2"], tmp_path, start_new_session=True
+    )
+    cut = runs / "cut"
+    deadline = time.monotonic() + 180
+    while not (cut / "checkpoints" / "last.pt").exists() and p.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    out = finish(torchrun(["--resume", str(cut)], tmp_path))
+    assert "resumed " in out, out
+    a = torch.load(whole / "checkpoints" / "last.pt", weights_only=False)
+    b = torch.load(cut / "checkpoints" / "last.pt", weights_only=False)
+    assert a["step"] == b["step"] == 2
+    start = dict(LlamaForCausalLM.from_pretrained(whole / "warm_start").state_dict())
+    assert any(not torch.equal(a["model"][k], start[k]) for k in a["model"])
+    for k in a["model"]:
+        torch.testing.assert_close(b["model"][k], a["model"][k], rtol=0, atol=1e-6)
+    for i, s in a["optimizer"]["state"].items():
+        torch.testing.assert_close(b["optimizer"]["state"][i]["exp_avg_sq"], s["exp_avg_sq"])
+    la = [(r["step"], r["loss"], r["reward/mean"]) for r in rows(whole) if "loss" in r]
+    lb = [(r["step"], r["loss"], r["reward/mean"]) for r in rows(cut) if "loss" in r]
+    assert la == lb
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["trainer.strategy=none"], "trainer.strategy=none with 2 processes"),
+        (["trainer.strategy=fsdp2", "algo.advantage=gae_turn"], "critic's value head"),
+    ],
+)
+def test_what_two_processes_cannot_train_fails_before_anything_is_written(
+    args, says, tmp_path, monkeypatch
+):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["train", "env.name=guess", f"runs_dir={tmp_path / 'runs'}", *args])
+    assert r.exit_code == 2, r.output
+    assert says in r.output and "nothing was started" in r.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_vllm_is_refused_with_more_than_one_trainer_process():
+    # Decided from the config alone (this machine has no vLLM to get further).
+    cfg = step_cfg("grpo")
+    cfg.rollout.backend = "vllm"
+    with pytest.raises(ConfigError, match="rollout.backend=vllm with 2 processes"):
+        check_trainer(cfg, 2)
+    check_trainer(cfg, 1)
