@@ -44,12 +44,14 @@ def launched_world() -> int:
 
 
 def resolve_strategy(cfg: TrainConfig, world: int) -> str:
-    """``trainer.strategy``; ``auto`` is none on one process, else FSDP2 on CUDA, DDP on CPU."""
+    """``trainer.strategy``; ``auto`` is none on one process, else FSDP2 on CUDA, DDP on CPU.
+    DDP over one process is none (FSDP2 over one still shards nothing but casts and keeps
+    float32 master weights)."""
     s = cfg.trainer.strategy
+    if world == 1 and s in ("auto", "ddp"):
+        return "none"
     if s != "auto":
         return s
-    if world == 1:
-        return "none"
     return "fsdp2" if _on_cuda(cfg) else "ddp"
 
 
