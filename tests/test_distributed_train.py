@@ -23,7 +23,7 @@ from transformers import LlamaForCausalLM
 from tests.test_step import tiny_lm, uneven_batch
 from turnrl.algo.critic import TurnCritic
 from turnrl.train.config import ConfigError, load_config
-from turnrl.train.distributed import Dist, check_trainer
+from turnrl.train.distributed import Dist, check_trainer, resolve_precision, resolve_strategy
 from turnrl.train.step import train_on_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -241,3 +241,21 @@ def test_vllm_is_refused_with_more_than_one_trainer_process():
     with pytest.raises(ConfigError, match="rollout.backend=vllm with 2 processes"):
         check_trainer(cfg, 2)
     check_trainer(cfg, 1)
+
+
+def test_each_rank_gets_whole_groups_in_order():
+    requests = list(range(5 * 3))  # 5 groups of 3
+    shares = [Dist(rank=r, world=2).share(requests, 3) for r in range(2)]
+    assert shares == [list(range(0, 9)), list(range(9, 15))]  # 3 groups, then 2
+    assert [Dist(rank=r, world=4).share(requests, 3) for r in range(4)][3] == [12, 13, 14]
+    assert Dist(rank=5, world=8).share(requests, 3) == []  # more ranks than groups: idle
+
+
+def test_cpu_defaults_train_as_before_and_bf16_is_asked_for():
+    cfg = load_config(None, ["env.name=guess", "model.device=cpu"])
+    assert resolve_strategy(cfg, 1) == "none" and resolve_precision(cfg) is None
+    assert resolve_strategy(cfg, 2) == "ddp"
+    cfg = load_config(None, ["env.name=guess", "model.device=cpu", "trainer.mixed_precision=bf16"])
+    assert resolve_precision(cfg) is torch.bfloat16
+    cfg = load_config(None, ["env.name=guess", "trainer.strategy=ddp"])
+    assert resolve_strategy(cfg, 1) == "none"  # DDP over one process is plain training

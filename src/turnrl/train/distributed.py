@@ -27,6 +27,7 @@ import socket
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
@@ -411,7 +412,9 @@ def init_dist(cfg: TrainConfig) -> Dist:
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("WORLD_SIZE", "1")
-        dist.init_process_group("nccl" if cuda else "gloo")
+        # Ranks wait on rank 0's held-out evaluation and on the slowest rank's rollouts: allow
+        # an hour (NCCL's default, 10 minutes, would kill a run during a long evaluation).
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=1))
         d._owned = True
     return d
 
