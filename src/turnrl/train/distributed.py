@@ -38,6 +38,9 @@ from turnrl.train.config import ConfigError, TrainConfig
 
 T = TypeVar("T")
 
+# reward metrics that count episodes of the batch (the others are per-episode means)
+COUNTS = {"judge/skipped"}
+
 
 def launched_world() -> int:
     """The number of processes torchrun started (1 without torchrun)."""
@@ -155,6 +158,8 @@ class Dist:
         n = sum(len(p[0]) for p in parts)
         keys = {k for p in parts for k in p[1]}
         merged = {k: sum(p[1].get(k, 0.0) * len(p[0]) for p in parts) / max(n, 1) for k in keys}
+        for k in keys & COUNTS:  # counts, not per-episode means
+            merged[k] = sum(p[1].get(k, 0.0) for p in parts)
         return [t for p in parts for t in p[0]], merged, parts[0][2]
 
     def main_first(self, fn: Callable[[], T]) -> T:
