@@ -111,7 +111,8 @@ def main() -> None:
         results = {n: run(args, n, Path(tmp) / "runs") for n in procs}
     print(
         f"scaling: {args.tasks}x{args.group} episodes/step, tiny {args.hidden}x{args.layers}, "
-        f"{args.device}, strategy {args.strategy} (1 process: none), {args.steps} timed steps"
+        f"{args.device}, strategy {args.strategy} "
+        f"(1 process: {'none' if args.strategy == 'ddp' else 'fsdp2'}), {args.steps} timed steps"
     )
     print(f"{'processes':>9} {'steps/s':>8} {'rollout s':>10} {'train s':>8} {'wall s':>7}")
     for n, r in results.items():

@@ -93,6 +93,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         for strategy, advantage in CASES:
             d = Dist(rank=rank, world=world, strategy=strategy)
             results[strategy, advantage] = one_step(advantage, d)
+        # rollouts: each rank's trajectories in rank order, reward metrics per episode of all
+        d = Dist(rank=rank, world=world)
+        mine = [f"t{rank}"] * (rank + 1)
+        results["gather"] = d.gather(mine, {"m": float(rank), "judge/skipped": 1.0}, {"r": rank})
         if rank == 0:
             torch.save(results, out)
     finally:
@@ -109,6 +113,9 @@ def test_two_processes_train_exactly_as_one(tmp_path):
     out = tmp_path / "two.pt"
     mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
     two = torch.load(out, weights_only=False)
+    trajs, reward, rollout = two["gather"]
+    assert trajs == ["t0", "t1", "t1"] and rollout == {"r": 0}
+    assert reward == {"m": pytest.approx(2 / 3), "judge/skipped": 2.0}
     for strategy, advantage in CASES:
         m1, w1, pt1 = one_step(advantage, None)
         m2, w2, pt2 = two[strategy, advantage]
