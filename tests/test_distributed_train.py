@@ -23,7 +23,14 @@ from transformers import LlamaForCausalLM
 from tests.test_step import tiny_lm, uneven_batch
 from turnrl.algo.critic import TurnCritic
 from turnrl.train.config import ConfigError, load_config
-from turnrl.train.distributed import Dist, check_trainer, resolve_precision, resolve_strategy
+from turnrl.train.distributed import (
+    Dist,
+    Scorer,
+    check_trainer,
+    resolve_precision,
+    resolve_strategy,
+    shard,
+)
 from turnrl.train.step import train_on_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -266,3 +273,9 @@ def test_cpu_defaults_train_as_before_and_bf16_is_asked_for():
     assert resolve_precision(cfg) is torch.bfloat16
     cfg = load_config(None, ["env.name=guess", "trainer.strategy=ddp"])
     assert resolve_strategy(cfg, 1) == "none"  # DDP over one process is plain training
+
+
+def test_fsdp2_names_a_model_without_transformer_blocks():
+    model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))
+    with pytest.raises(ConfigError, match="trainer.strategy=fsdp2: Sequential has no transformer"):
+        shard(Scorer(model), model, None)
