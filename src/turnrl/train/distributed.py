@@ -179,6 +179,12 @@ class Dist:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def sum(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """``t`` summed over the ranks (in place; None stays None)."""
+        if t is not None and self.group and self.world > 1:
+            dist.all_reduce(t)
+        return t
+
     def total(self, values: list[float]) -> list[float]:
         """Element-wise sums over the ranks."""
         if not self.group or self.world == 1:

@@ -271,13 +271,13 @@ def _pre_pass(
     batch: Batch,
     rows: torch.Tensor,
     positions: torch.Tensor | None,
-    score: Callable | None = None,
+    dist: Dist | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """What stays fixed during the update, computed once: the proximal policy π_old (with an
     importance correction), the reference policy, and the critic's V_old at turn boundaries.
-    ``score``: the policy's :func:`token_logprobs` (wrapped for DDP/FSDP2, where every rank
-    computes all ``rows``)."""
-    score = score or partial(token_logprobs, model)
+    Under ``dist`` each rank computes its share of ``rows`` (as many passes on every rank, as
+    FSDP2 needs) and the shares are summed: each row is non-zero on one rank only."""
+    score = dist.scorer if dist is not None else partial(token_logprobs, model)
     a = cfg.algo
     B, T = batch.input_ids.shape
     need_prox, need_ref = a.is_correction != "none", ref_model is not None
@@ -294,9 +294,23 @@ def _pre_pass(
         return prox, ref, values
     was_training = model.training
     model.eval()
-    for micro in micro_batches(
-        rows, batch.attention_mask.sum(-1), cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
-    ):
+    rank = dist.rank if dist is not None else 0
+    plans = [
+        micro_batches(
+            share,
+            batch.attention_mask.sum(-1),
+            cfg.optim.micro_batch_size,
+            cfg.optim.micro_batch_tokens,
+        )
+        for share in (dist.rows(rows) if dist is not None else [rows])
+    ]
+    for i in range(max(len(p) for p in plans)):
+        if i >= len(plans[rank]):  # another rank's pass: join its collectives, keep nothing
+            r = rows[:1]
+            T1 = int(batch.attention_mask[r].sum())
+            score(batch.input_ids[r, :T1], batch.attention_mask[r, :T1], batch.loss_mask[r, :T1])
+            continue
+        micro = plans[rank][i]
         Tm = int(batch.attention_mask[micro].sum(-1).max())
         ids, attn = batch.input_ids[micro, :Tm], batch.attention_mask[micro, :Tm]
         mask = batch.loss_mask[micro, :Tm]
@@ -310,6 +324,8 @@ def _pre_pass(
         if need_ref:
             ref[micro, :Tm] = token_logprobs(ref_model, ids, attn, mask, temperature=temp)[0]
     model.train(was_training)
+    if dist is not None:
+        prox, ref, values = (dist.sum(t) for t in (prox, ref, values))
     return prox, ref, values
 
 
@@ -346,7 +362,7 @@ def train_on_batch(
         positions = turn_boundary_positions(batch.turn_index, batch.turn_mask, lengths)
         acted = (batch.loss_mask.sum(-1) > 0).nonzero().flatten()
         prox, ref_lp, old_values = _pre_pass(
-            cfg, model, ref_model, critic, batch, acted, positions, score
+            cfg, model, ref_model, critic, batch, acted, positions, dist
         )
     adv = compute_advantages(
         a.advantage,
@@ -401,7 +417,7 @@ def train_on_batch(
     if len(rows) == 0:
         return out | {"loss": 0.0}
     if critic is None:  # π_old and π_ref only where the loss will read them
-        prox, ref_lp, _ = _pre_pass(cfg, model, ref_model, None, batch, rows, None, score)
+        prox, ref_lp, _ = _pre_pass(cfg, model, ref_model, None, batch, rows, None, dist)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
     sums: dict[str, float] = {}
