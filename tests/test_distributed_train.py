@@ -1,6 +1,7 @@
 """Data-parallel training on real torch.distributed processes (gloo, CPU): two processes compute
-what one computes (DDP and FSDP2), a killed two-process run resumes exactly, and torchrun through
-the real CLI writes one set of outputs."""
+what one computes (one step: DDP, FSDP2, DDP with a critic; a whole run through torchrun and the
+real CLI against one process), a SIGKILLed two-process run resumes exactly, torchrun writes one
+set of outputs, and what cannot be trained is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from turnrl.train.distributed import (
     resolve_strategy,
     shard,
 )
+from turnrl.train.loop import train
 from turnrl.train.step import train_on_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -188,8 +190,9 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_torchrun_cli_writes_once_and_a_killed_run_resumes_exactly(tmp_path):
+def test_torchrun_cli_writes_once_and_a_killed_run_resumes_exactly(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
+    monkeypatch.setenv("TURNRL_CACHE", str(tmp_path))
     # uninterrupted: 2 steps on 2 processes through `torchrun ... -m turnrl train`
     out = finish(torchrun([*RUN, f"runs_dir={runs}", "name=whole", "steps=2"], tmp_path))
     assert out.count("done: ") == 1 and out.count("run directory: ") == 1, out
@@ -224,6 +227,15 @@ def test_torchrun_cli_writes_once_and_a_killed_run_resumes_exactly(tmp_path):
     la = [(r["step"], r["loss"], r["reward/mean"]) for r in rows(whole) if "loss" in r]
     lb = [(r["step"], r["loss"], r["reward/mean"]) for r in rows(cut) if "loss" in r]
     assert la == lb
+    # and one process (no torchrun) trains the same run: the same losses and weights
+    one = train(load_config(None, [*RUN, f"runs_dir={runs}", "name=one", "steps=2"]), quiet=True)
+    c = torch.load(one / "checkpoints" / "last.pt", weights_only=False)
+    for k in a["model"]:
+        torch.testing.assert_close(c["model"][k], a["model"][k], rtol=1e-5, atol=1e-5)
+    lc = [(r["step"], r["loss"], r["reward/mean"]) for r in rows(one) if "loss" in r]
+    assert [x[0] for x in lc] == [1, 2]
+    for x, y in zip(lc, la, strict=True):
+        assert x[1:] == pytest.approx(y[1:], rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.parametrize(

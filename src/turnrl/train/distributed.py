@@ -419,13 +419,14 @@ def init_dist(cfg: TrainConfig) -> Dist:
     if cuda:
         torch.cuda.set_device(d.local_rank)
     if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:  # one process, no torchrun: a private group
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-            os.environ.setdefault("RANK", "0")
-            os.environ.setdefault("WORLD_SIZE", "1")
         # Ranks wait on rank 0's held-out evaluation and on the slowest rank's rollouts: allow
         # an hour (NCCL's default, 10 minutes, would kill a run during a long evaluation).
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=1))
+        backend, timeout = ("nccl" if cuda else "gloo"), timedelta(hours=1)
+        if "MASTER_ADDR" in os.environ:  # torchrun's rendezvous
+            dist.init_process_group(backend, timeout=timeout)
+        else:  # one process without torchrun (FSDP2 on one device): a private group
+            url = f"tcp://127.0.0.1:{_free_port()}"
+            dist.init_process_group(backend, init_method=url, rank=0, world_size=1, timeout=timeout)
         d._owned = True
     return d
 
