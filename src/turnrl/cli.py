@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -160,7 +161,8 @@ def train(
     log = (lambda s: print(s, flush=True)) if plain else console.print
     with _template_errors():
         run_dir = run_training(cfg, resume_dir=resume, quiet=quiet, log=log)
-    log(f"done: {run_dir}  (report: {run_dir / 'report.html'}; browse: turnrl view {run_dir})")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone talks
+        log(f"done: {run_dir}  (report: {run_dir / 'report.html'}; browse: turnrl view {run_dir})")
 
 
 @app.command("eval")

@@ -286,6 +286,15 @@ class DistributedConfig(Strict):
     max_replacements: int = Field(4, ge=0)  # dead workers replaced by new ones, per run
 
 
+class TrainerConfig(Strict):
+    """How the policy is trained over the processes torchrun starts (docs/scale-out.md)."""
+
+    # auto: none on one process; with more, fsdp2 on CUDA and ddp on CPU
+    strategy: Literal["auto", "none", "ddp", "fsdp2"] = "auto"
+    # bf16 compute, float32 weights, gradients and optimizer state; auto: bf16 on CUDA only
+    mixed_precision: Literal["auto", "none", "bf16"] = "auto"
+
+
 class LoggingConfig(Strict):
     # trajectory records (turnrl view): whole groups per step, plus every flagged episode
     record_groups: int = Field(1, ge=0)
@@ -320,6 +329,7 @@ class TrainConfig(Strict):
     tiny: TinyConfig | None = None  # filled in for model.name=tiny; an error for other models
     distributed: DistributedConfig = DistributedConfig()
     subagent: SubagentConfig = SubagentConfig()
+    trainer: TrainerConfig = TrainerConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="before")

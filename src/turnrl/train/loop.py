@@ -36,6 +36,7 @@ from turnrl.train.checkpoint import (
     save_checkpoint,
 )
 from turnrl.train.config import ConfigError, TrainConfig
+from turnrl.train.distributed import init_dist
 from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
 from turnrl.train.metrics import (
@@ -133,60 +134,90 @@ def train(
         family = subagent_family(cfg, family)
     if cfg.model.name != "tiny":  # the template contract, before anything is written
         check_model_template(cfg.model.name, cfg.model.tool_format)
-    run_dir = resume_dir or _new_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    # torchrun's processes (this one alone without torchrun): rank 0 alone writes and talks
+    d = init_dist(cfg)
+    if not d.main:
+        quiet, log = True, _silent
+    run_dir = d.agree(resume_dir or _new_run_dir(cfg))
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
     rubric = rubric_of(cfg)
-    model, tokenizer = build_model(cfg, family, train_tasks, run_dir, log=log)
+    model, tokenizer = d.main_first(lambda: build_model(cfg, family, train_tasks, run_dir, log=log))
     model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
-    policy = HFPolicy(model, tokenizer.pad_token_id)
     params = _sampling(cfg, renderer)
-    subagent = None
-    if cfg.subagent.enabled:  # frozen before any update; refreshed below when due
-        subagent = start_subagent(cfg, family, model, tokenizer, renderer, policy.version)
-        log(f"subagent: {subagent.describe}")
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     if cfg.optim.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     critic = make_critic(cfg, model)
+    # the trainer's view (d.scorer: DDP/FSDP2 over the processes) and the unsharded weights for
+    # sampling, eval, export and vLLM (the model itself, or a copy refreshed after each update)
+    full = d.wrap(model)
+    policy = HFPolicy(full, tokenizer.pad_token_id)
+    subagent = None
+    if cfg.subagent.enabled:  # frozen before any update; refreshed below when due
+        subagent = start_subagent(cfg, family, full, tokenizer, renderer, policy.version)
+        log(f"subagent: {subagent.describe}")
     trainable = [p for p in model.parameters() if p.requires_grad]
     trainable += list(critic.parameters()) if critic is not None else []
     optimizer = torch.optim.AdamW(trainable, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
 
-    start_step, resumes = 0, count_resume(run_dir) if resume_dir is not None else 0
+    start_step, resumes = 0, 0
+    if resume_dir is not None:
+        resumes = d.agree(count_resume(run_dir) if d.main else 0)
     ckpt = run_dir / "checkpoints" / "last.pt"
     if resume_dir is not None and ckpt.exists():
-        state = load_checkpoint(ckpt, model, optimizer, critic=critic)
+        state = load_checkpoint(ckpt, model, optimizer, critic=critic, dist=d)
         start_step, policy.version = state["step"], state["version"]
         log(f"resumed {run_dir} at step {start_step}")
         if subagent is not None:
-            subagent.resumed(model, policy.version)
-    if saved_policy(run_dir) is None:  # a fresh run: its starting policy, for eval and resume
-        save_policy(run_dir, model, tokenizer, cfg.model.name, start_step)
+            subagent.resumed(full, policy.version)
+    if d.main and saved_policy(run_dir) is None:  # a fresh run: its starting policy
+        save_policy(run_dir, full, tokenizer, cfg.model.name, start_step)
     sampler = policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, policy)
-    writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
-    records = RecordWriter(
-        run_dir,
-        record_groups=cfg.logging.record_groups,
-        records_mb=cfg.logging.records_mb,
-        token_text=lambda i: tokenizer.decode([i]),
-        tiers={t.id: t.payload.get("tier") for t in train_tasks},
-        truncate_from=start_step,
-    )
-    wandb_log = WandbLogger(run_dir, cfg) if cfg.logging.wandb else None
-    rollouts = make_rollouts(
-        cfg, family, train_tasks, renderer, model, policy, params, start_step, log
-    )
+    writer = records = wandb_log = None
+    if d.main:
+        writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
+        records = RecordWriter(
+            run_dir,
+            record_groups=cfg.logging.record_groups,
+            records_mb=cfg.logging.records_mb,
+            token_text=lambda i: tokenizer.decode([i]),
+            tiers={t.id: t.payload.get("tier") for t in train_tasks},
+            truncate_from=start_step,
+        )
+        wandb_log = WandbLogger(run_dir, cfg) if cfg.logging.wandb else None
+    # asynchronous or Ray rollouts: one producer, on rank 0; the other ranks get its batches
+    producer = cfg.mode != "sync" or cfg.distributed.backend != "local"
+    rollouts = None
+    if d.main:
+        rollouts = make_rollouts(
+            cfg, family, train_tasks, renderer, full, policy, params, start_step, log
+        )
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
 
     def run_eval(step: int) -> None:
+        success = d.agree(_eval_and_log(step) if d.main else None)
+        if success is not None:  # the best so far: a collective save under FSDP2
+            save_checkpoint(
+                ckpt.with_name("best.pt"),
+                step=step,
+                version=policy.version,
+                model=model,
+                optimizer=optimizer,
+                extra={"eval/success": success},
+                dist=d,
+            )
+
+    def _eval_and_log(step: int) -> float | None:
+        """Rank 0 evaluates alone (sampling needs no other rank); the success if the best."""
         result, trajs = asyncio.run(
             evaluate_policy(
                 family,
@@ -209,15 +240,7 @@ def train(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
         )
-        if step > 0 and result.success > best:
-            save_checkpoint(
-                ckpt.with_name("best.pt"),
-                step=step,
-                version=policy.version,
-                model=model,
-                optimizer=optimizer,
-                extra={"eval/success": result.success},
-            )
+        return result.success if step > 0 and result.success > best else None
 
     zero_streak = 0
 
@@ -228,23 +251,28 @@ def train(
 
     saved = start_step  # the step of checkpoints/last.pt
     try:
-        if eval_due(start_step) and not writer.has_eval(start_step):
+        if eval_due(start_step) and d.agree(d.main and not writer.has_eval(start_step)):
             run_eval(start_step)  # also one a kill interrupted right after its checkpoint
         for step in range(start_step, cfg.steps):
             t0 = time.monotonic()
             rollout_metrics: dict[str, float] = {}
-            if rollouts is None:
-                requests = sample_requests(cfg, train_tasks, step)
+            if not producer:  # this rank's share of the step's task groups
+                requests = d.share(sample_requests(cfg, train_tasks, step), cfg.rollout.group_size)
                 trajs = rollout(cfg, family, requests, renderer, sampler, params)
-            else:
+            elif rollouts is not None:
                 # Each episode is capped at episode_timeout_s; a batch far slower than that
                 # (with two minutes for new Ray workers to start) means the producer is
                 # stuck, which must fail the run, not hang it.
                 trajs, rollout_metrics = rollouts.get_batch(
                     step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
                 )
+            else:  # rank 0's producer: its batch comes in the gather below
+                trajs = []
             t1 = time.monotonic()
             reward_metrics = score_trajectories(trajs, rubric)
+            trajs, reward_metrics, rollout_metrics = d.gather(
+                trajs, reward_metrics, rollout_metrics
+            )
             flag_non_finite(trajs, cfg.env.name, log)
             zero_streak = zero_reward_streak(zero_streak, trajs, log)
             a = cfg.algo
@@ -266,12 +294,14 @@ def train(
                     critic=critic,
                     log=log,
                     per_token=per_token,
+                    dist=d,
                 )
+                d.refresh(model)
                 policy.version += 1
             if subagent is not None:
-                subagent.step_done(model, step + 1, policy.version)
+                subagent.step_done(full, step + 1, policy.version)
             if sampler is not policy:
-                sampler.load_weights(trainer_weights(model), policy.version)
+                sampler.load_weights(trainer_weights(full), policy.version)
             if rollouts is not None:
                 rollouts.weights_updated(policy.version)
             t2 = time.monotonic()
@@ -287,10 +317,11 @@ def train(
             metrics["policy_version"] = policy.version
             metrics["run/resumes"] = resumes
             metrics.update(blocking_tool_stats())
-            writer.write(metrics, trajs[:2], renderer)
-            recorded = records.write(step + 1, trajs, per_token)
-            if wandb_log is not None:
-                wandb_log.log(step + 1, metrics, recorded)
+            if d.main:
+                writer.write(metrics, trajs[:2], renderer)
+                recorded = records.write(step + 1, trajs, per_token)
+                if wandb_log is not None:
+                    wandb_log.log(step + 1, metrics, recorded)
             keep = cfg.checkpoint_keep_every and (step + 1) % cfg.checkpoint_keep_every == 0
             if keep or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 save_checkpoint(
@@ -300,10 +331,12 @@ def train(
                     model=model,
                     optimizer=optimizer,
                     critic=critic,
+                    dist=d,
                 )
-                save_policy(run_dir, model, tokenizer, cfg.model.name, step + 1)
                 saved = step + 1
-                if keep:
+                if d.main:
+                    save_policy(run_dir, full, tokenizer, cfg.model.name, step + 1)
+                if keep and d.main:
                     keep_copy(ckpt, step + 1, cfg.checkpoint_keep)
             progress.update(step + 1, metrics)
             if warning := ending_warning(trajs, step + 1):
@@ -322,11 +355,14 @@ def train(
         if rollouts is not None:
             rollouts.close()
         progress.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
         if wandb_log is not None:
             wandb_log.close()
         family.close()
-    export_html([run_dir], run_dir / "report.html")
+        d.close()
+    if d.main:
+        export_html([run_dir], run_dir / "report.html")
     return run_dir
 
 
@@ -428,6 +464,10 @@ def _sampling(cfg: TrainConfig, renderer: ChatRenderer, evaluation: bool = False
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=(renderer.turn_end_id,),
     )
+
+
+def _silent(_: str) -> None:
+    """The console of ranks other than 0."""
 
 
 def _new_run_dir(cfg: TrainConfig) -> Path:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,6 +33,7 @@ from turnrl.train.batch import Batch
 
 if TYPE_CHECKING:
     from turnrl.train.config import TrainConfig
+    from turnrl.train.distributed import Dist
     from turnrl.types import Trajectory
 
 Log = Callable[[str], None]
@@ -268,9 +271,13 @@ def _pre_pass(
     batch: Batch,
     rows: torch.Tensor,
     positions: torch.Tensor | None,
+    dist: Dist | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """What stays fixed during the update, computed once: the proximal policy π_old (with an
-    importance correction), the reference policy, and the critic's V_old at turn boundaries."""
+    importance correction), the reference policy, and the critic's V_old at turn boundaries.
+    Under ``dist`` each rank computes its share of ``rows`` (as many passes on every rank, as
+    FSDP2 needs) and the shares are summed: each row is non-zero on one rank only."""
+    score = dist.scorer if dist is not None else partial(token_logprobs, model)
     a = cfg.algo
     B, T = batch.input_ids.shape
     need_prox, need_ref = a.is_correction != "none", ref_model is not None
@@ -287,22 +294,38 @@ def _pre_pass(
         return prox, ref, values
     was_training = model.training
     model.eval()
-    for micro in micro_batches(
-        rows, batch.attention_mask.sum(-1), cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
-    ):
+    rank = dist.rank if dist is not None else 0
+    plans = [
+        micro_batches(
+            share,
+            batch.attention_mask.sum(-1),
+            cfg.optim.micro_batch_size,
+            cfg.optim.micro_batch_tokens,
+        )
+        for share in (dist.rows(rows) if dist is not None else [rows])
+    ]
+    for i in range(max(len(p) for p in plans)):
+        if i >= len(plans[rank]):  # another rank's pass: join its collectives, keep nothing
+            r = rows[:1]
+            T1 = int(batch.attention_mask[r].sum())
+            score(batch.input_ids[r, :T1], batch.attention_mask[r, :T1], batch.loss_mask[r, :T1])
+            continue
+        micro = plans[rank][i]
         Tm = int(batch.attention_mask[micro].sum(-1).max())
         ids, attn = batch.input_ids[micro, :Tm], batch.attention_mask[micro, :Tm]
-        score = batch.loss_mask[micro, :Tm]
+        mask = batch.loss_mask[micro, :Tm]
         temp = cfg.rollout.temperature
         if need_prox or critic is not None:
-            lp, _, hidden = token_logprobs(model, ids, attn, score, temperature=temp)
+            lp, _, hidden = score(ids, attn, mask, temperature=temp)
             if need_prox:
                 prox[micro, :Tm] = lp
             if critic is not None:
                 values[micro] = critic.values_from_hidden(hidden, positions[micro]).double()
         if need_ref:
-            ref[micro, :Tm] = token_logprobs(ref_model, ids, attn, score, temperature=temp)[0]
+            ref[micro, :Tm] = token_logprobs(ref_model, ids, attn, mask, temperature=temp)[0]
     model.train(was_training)
+    if dist is not None:
+        prox, ref, values = (dist.sum(t) for t in (prox, ref, values))
     return prox, ref, values
 
 
@@ -317,21 +340,30 @@ def train_on_batch(
     critic: TurnCritic | None = None,
     log: Log = print,
     per_token: dict[str, torch.Tensor] | None = None,
+    dist: Dist | None = None,
 ) -> dict[str, float]:
     """Advantages, then the minibatch loss over micro-batches with gradient accumulation, then
     an optimizer step per minibatch unless its gradient is non-finite (then skipped, counted).
 
     ``per_token``, when given, is filled with ``[B, T]`` tensors for the trajectory records:
     ``advantages``, and the ``trainer_logprobs`` and ``ratios`` each row had when it was first
-    trained on this step (NaN where it was not trained)."""
+    trained on this step (NaN where it was not trained).
+
+    ``dist``: under torch.distributed every rank holds the same batch and trains on its share of
+    each minibatch's rows (see :mod:`turnrl.train.distributed`); the gradient and every metric
+    are the one-process ones."""
     a = cfg.algo
+    score = dist.scorer if dist is not None else partial(token_logprobs, model)
+    world, rank = (dist.world, dist.rank) if dist is not None else (1, 0)
     batch = batch.to(next(model.parameters()).device)
     lengths = batch.attention_mask.sum(-1)  # [B]
     positions = prox = ref_lp = old_values = None
     if critic is not None:  # the advantages need V_old: one pass over every row with actions
         positions = turn_boundary_positions(batch.turn_index, batch.turn_mask, lengths)
         acted = (batch.loss_mask.sum(-1) > 0).nonzero().flatten()
-        prox, ref_lp, old_values = _pre_pass(cfg, model, ref_model, critic, batch, acted, positions)
+        prox, ref_lp, old_values = _pre_pass(
+            cfg, model, ref_model, critic, batch, acted, positions, dist
+        )
     adv = compute_advantages(
         a.advantage,
         rewards=batch.rewards,
@@ -385,12 +417,13 @@ def train_on_batch(
     if len(rows) == 0:
         return out | {"loss": 0.0}
     if critic is None:  # π_old and π_ref only where the loss will read them
-        prox, ref_lp, _ = _pre_pass(cfg, model, ref_model, None, batch, rows, None)
+        prox, ref_lp, _ = _pre_pass(cfg, model, ref_model, None, batch, rows, None, dist)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step)
     sums: dict[str, float] = {}
     maxes: dict[str, float] = {}
-    tokens_seen, losses, vlosses, skipped = 0.0, [], [], 0
+    tokens_seen, losses, vlosses, skipped, grad_norms = 0.0, [], [], 0, 0.0
+    outside = list(critic.parameters()) if critic is not None else []  # not in DDP/FSDP2
     model.train()
     for epoch in range(cfg.optim.epochs):
         perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
@@ -399,53 +432,66 @@ def train_on_batch(
             totals = minibatch_totals(
                 adv.loss_mask[mb], None if value_mask is None else value_mask[mb]
             )
-            mb_loss = mb_vloss = 0.0
-            for micro in micro_batches(
-                mb, lengths, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
-            ):
-                T = int(lengths[micro].max())
-                mask = adv.loss_mask[micro, :T]
-                logprobs, entropy, hidden = token_logprobs(
-                    model,
-                    batch.input_ids[micro, :T],
-                    batch.attention_mask[micro, :T],
-                    mask,
-                    temperature=cfg.rollout.temperature,
-                    entropy_grad=a.entropy_coef > 0,
-                )  # [b, T] x2, [b, T, H]
-                behavior = batch.behavior_logprobs[micro, :T]
-                # Synchronous hf sampling uses these very weights in fp32, so the sampler's
-                # logprobs are the trust region's centre; with a correction it is the proximal
-                # policy and the sampler's logprobs only enter the importance weight.
-                old = behavior if prox is None else prox[micro, :T]
-                if per_token is not None and epoch == 0:
-                    untrained = ~mask.bool()  # [b, T] values exist on trained tokens only
-                    lp = logprobs.detach().float()
-                    per_token["trainer_logprobs"][micro.cpu(), :T] = lp.masked_fill(
-                        untrained, float("nan")
-                    ).cpu()
-                    per_token["ratios"][micro.cpu(), :T] = (
-                        (lp - old.float()).exp().masked_fill(untrained, float("nan")).cpu()
-                    )
-                values = None
-                if critic is not None:
-                    values = critic.values_from_hidden(hidden, positions[micro])  # [b, K+1]
-                loss, m = minibatch_loss(
-                    cfg,
-                    logprobs,
-                    old,
-                    adv.tokens[micro, :T],
-                    mask,
-                    behavior_logprobs=behavior,
-                    ref_logprobs=None if ref_lp is None else ref_lp[micro, :T],
-                    entropy=entropy if a.entropy_coef > 0 else None,
-                    values=values,
-                    old_values=None if old_values is None else old_values[micro],
-                    returns=None if adv.returns is None else adv.returns[micro],
-                    value_mask=None if value_mask is None else value_mask[micro],
-                    totals=totals,
+            # Each rank's share of the rows, cut into micro-batches; every rank runs as many
+            # passes as the busiest one (the extra ones of weight 0), and weighs its loss by the
+            # world size, so the ranks' averaged gradients are the whole minibatch's.
+            plans = [
+                micro_batches(
+                    share, lengths, cfg.optim.micro_batch_size, cfg.optim.micro_batch_tokens
                 )
-                loss.backward()
+                for share in (dist.rows(mb) if dist is not None else [mb])
+            ]
+            passes = max(len(p) for p in plans)
+            mb_loss = mb_vloss = 0.0
+            for i in range(passes):
+                real = i < len(plans[rank])
+                micro = plans[rank][i] if real else mb[:1]
+                sync = dist.no_sync(last=i == passes - 1) if dist is not None else nullcontext()
+                with sync:
+                    T = int(lengths[micro].max())
+                    mask = adv.loss_mask[micro, :T]
+                    logprobs, entropy, hidden = score(
+                        batch.input_ids[micro, :T],
+                        batch.attention_mask[micro, :T],
+                        mask,
+                        temperature=cfg.rollout.temperature,
+                        entropy_grad=a.entropy_coef > 0,
+                    )  # [b, T] x2, [b, T, H]
+                    behavior = batch.behavior_logprobs[micro, :T]
+                    # Synchronous hf sampling uses these very weights in fp32, so the sampler's
+                    # logprobs are the trust region's centre; with a correction it is the
+                    # proximal policy and the sampler's logprobs only enter the importance weight.
+                    old = behavior if prox is None else prox[micro, :T]
+                    if per_token is not None and epoch == 0 and real:
+                        untrained = ~mask.bool()  # [b, T] values exist on trained tokens only
+                        lp = logprobs.detach().float()
+                        per_token["trainer_logprobs"][micro.cpu(), :T] = lp.masked_fill(
+                            untrained, float("nan")
+                        ).cpu()
+                        per_token["ratios"][micro.cpu(), :T] = (
+                            (lp - old.float()).exp().masked_fill(untrained, float("nan")).cpu()
+                        )
+                    values = None
+                    if critic is not None:
+                        values = critic.values_from_hidden(hidden, positions[micro])  # [b, K+1]
+                    loss, m = minibatch_loss(
+                        cfg,
+                        logprobs,
+                        old,
+                        adv.tokens[micro, :T],
+                        mask,
+                        behavior_logprobs=behavior,
+                        ref_logprobs=None if ref_lp is None else ref_lp[micro, :T],
+                        entropy=entropy if a.entropy_coef > 0 else None,
+                        values=values,
+                        old_values=None if old_values is None else old_values[micro],
+                        returns=None if adv.returns is None else adv.returns[micro],
+                        value_mask=None if value_mask is None else value_mask[micro],
+                        totals=totals,
+                    )
+                    (loss * (world if real else 0.0)).backward()
+                if not real:
+                    continue
                 mb_loss += loss.item()
                 w = float(mask.sum())
                 tokens_seen += w
@@ -460,7 +506,12 @@ def train_on_batch(
                         mb_vloss += float(v)
                     elif k not in ("kl", "entropy"):  # partial sums under totals; logged above
                         sums[k] = sums.get(k, 0.0) + float(v) * w
+            if dist is not None:  # the minibatch's loss, and the critic's gradient, over ranks
+                mb_loss, mb_vloss = dist.total([mb_loss, mb_vloss])
+                dist.sync_grads(outside)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
+            if hasattr(grad_norm, "full_tensor"):  # FSDP2: a replicated DTensor
+                grad_norm = grad_norm.full_tensor()
             if not (math.isfinite(mb_loss) and bool(torch.isfinite(grad_norm))):
                 # A non-finite gradient would turn every weight into NaN in one AdamW step.
                 optimizer.zero_grad(set_to_none=True)
@@ -468,8 +519,20 @@ def train_on_batch(
                 continue
             losses.append(mb_loss)
             vlosses.append(mb_vloss)
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm) * totals["tokens"]
+            grad_norms += float(grad_norm) * totals["tokens"]
             optimizer.step()
+    if dist is not None:  # each rank's sums over its own rows, added up
+        parts = dist.gather_stats((sums, maxes, tokens_seen))
+        sums = {k: sum(p[0].get(k, 0.0) for p in parts) for k in {k for p in parts for k in p[0]}}
+        maxes = {
+            k: max(p[1].get(k, -math.inf) for p in parts) for k in {k for p in parts for k in p[1]}
+        }
+        tokens_seen = sum(p[2] for p in parts)
+        if per_token is not None:
+            for k in ("trainer_logprobs", "ratios"):
+                per_token[k] = dist.merge_nan(per_token[k])
+    if losses:
+        sums["grad_norm"] = grad_norms
     out.update({f"train/{k}": v / max(tokens_seen, 1.0) for k, v in sums.items()})
     out.update({f"train/{k}": v for k, v in maxes.items()})
     out["train/skipped_steps"] = float(skipped)
