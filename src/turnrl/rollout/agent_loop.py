@@ -17,6 +17,12 @@ a format error shown to the model, like a malformed call.
 
 Env text is encoded with control-token text kept plain (see ``ChatRenderer.observation_ids``),
 so no tool result can forge a turn boundary.
+
+Long episodes: ``RolloutLimits.context`` picks a strategy (:mod:`turnrl.rollout.context`).
+Before each turn, a context past its threshold is rewritten (old tool results dropped, or a
+summary sampled from the policy) and the episode continues in a new *segment* whose prefix is
+the rewritten conversation rendered afresh. The budget and ``CONTEXT_LIMIT`` apply to the
+current segment's tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.rollout.context import (
+    SUMMARY_REQUEST,
+    ContextConfig,
+    drop_old_observations,
+    summary_context,
+)
 from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn
 
 MALFORMED = ("unknown_tool", "bad_arguments")
@@ -44,6 +56,7 @@ class RolloutLimits:
     max_obs_tokens: int = 512  # per tool result; longer ones are clipped with a marker
     max_parse_errors: int = 3
     episode_timeout_s: float = 300.0
+    context: ContextConfig = ContextConfig()
 
 
 @dataclass
@@ -55,12 +68,30 @@ class EpisodeRequest:
 
 @dataclass
 class _Episode:
-    """Mutable token buffers of one episode while it runs."""
+    """Mutable token buffers of one episode while it runs; ``starts`` are the offsets where a
+    rewritten context (a new segment) begins."""
 
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+    @property
+    def context(self) -> list[int]:
+        """The ids the policy sees now: the current segment."""
+        return self.ids[self.starts[-1] :] if self.starts else self.ids
+
+    def start_segment(self, prefix: list[int]) -> None:
+        self.starts.append(len(self.ids))
+        self.append(prefix)
+
+    def drop_empty_segment(self, turns: list[Turn]) -> None:
+        """A segment opened just before the episode ended (a timeout before its first
+        generation) trains nothing: remove it, so every segment holds an action."""
+        if self.starts and not any(t.action_start >= self.starts[-1] for t in turns):
+            cut = self.starts.pop()
+            del self.ids[cut:], self.mask[cut:], self.logprobs[cut:], self.versions[cut:]
 
     def append(
         self, ids: list[int], logprobs: list[float] | None = None, version: int = -1
@@ -109,6 +140,8 @@ async def run_episode(
     parse_errors = 0
     env_time = 0.0
     prompt_len = 0
+    context: list[dict[str, Any]] = []  # the conversation the current segment renders
+    summaries = 0
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -126,14 +159,21 @@ async def run_episode(
             ]
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
+            context = list(messages)
             for k in range(limits.max_turns):
-                budget = limits.max_context_tokens - len(ep.ids)
+                if limits.context.due(len(ep.context)):
+                    summaries += limits.context.strategy == "summarize"
+                    context = await _rewrite_context(
+                        ep, context, messages, turns, env, renderer, batcher, limits,
+                        request.seed * 1000 + 500 + k, remaining,
+                    )  # fmt: skip
+                budget = limits.max_context_tokens - len(ep.context)
                 if budget <= 0:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 remaining()
                 gen = await batcher.generate(
-                    ep.ids, min(limits.max_new_tokens, budget), request.seed * 1000 + k
+                    ep.context, min(limits.max_new_tokens, budget), request.seed * 1000 + k
                 )
                 remaining()
                 a_start = len(ep.ids)
@@ -141,12 +181,13 @@ async def run_episode(
                 a_end = len(ep.ids)
                 action = renderer.action_text(gen.token_ids)
                 messages.append({"role": "assistant", "content": action})
+                context.append(messages[-1])
                 turn = Turn(a_start, a_end, a_end, a_end, list(gen.logprobs), gen.policy_version)
                 turns.append(turn)
                 if not gen.stopped:
                     # Cut at max_new_tokens: close the turn as the template would. The model
                     # did not sample this token, so it carries no gradient.
-                    if len(ep.ids) >= limits.max_context_tokens:
+                    if len(ep.context) >= limits.max_context_tokens:
                         termination = TerminationReason.CONTEXT_LIMIT
                         break
                     ep.append([renderer.turn_end_id])
@@ -199,13 +240,14 @@ async def run_episode(
                     for i, o in enumerate(observations)
                 ]
                 delta = renderer.observation_ids(obs_messages)
-                if len(ep.ids) + len(delta) >= limits.max_context_tokens:
+                if len(ep.context) + len(delta) >= limits.max_context_tokens:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 turn.obs_start = len(ep.ids)
                 ep.append(delta)
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
+                context.extend(obs_messages)
             result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
         except asyncio.TimeoutError as e:  # the episode's clock, or one tool call's
             termination = TerminationReason.TIMEOUT
@@ -213,6 +255,7 @@ async def run_episode(
         except Exception as e:  # a crashing env ends its episode, never the run
             termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
     finally:
+        ep.drop_empty_segment(turns)
         batcher.episode_finished()
         try:
             await asyncio.wait_for(env.close(), 30)
@@ -224,6 +267,8 @@ async def run_episode(
         "tokens": float(len(ep.ids)),
         "action_tokens": float(sum(ep.mask)),
         "parse_errors": float(parse_errors),
+        "segments": float(len(ep.starts) + 1),
+        "summaries": float(summaries),
         "time/episode_s": time.monotonic() - start,
         "time/env_s": env_time,
     }
@@ -245,8 +290,60 @@ async def run_episode(
         flags=list(result.flags) if result is not None else [],
         messages=messages,
         graded=result,
+        segment_starts=list(ep.starts),
     )
     return traj
+
+
+async def _rewrite_context(
+    ep: _Episode,
+    context: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    turns: list[Turn],
+    env: ToolEnv,
+    renderer: ChatRenderer,
+    batcher: GenerationBatcher,
+    limits: RolloutLimits,
+    seed: int,
+    remaining: Callable[[], float],
+) -> list[dict[str, Any]]:
+    """Rewrite a full context and open a new segment with it; returns the new conversation.
+
+    ``summarize`` first asks for a summary in the current segment: the request is an
+    observation (mask 0) and the summary a sampled turn (mask 1, trained in the segment whose
+    prefix produced it, with no tool call and the env state unchanged). A rewrite that would not
+    shorten the context is skipped (the context grows on until ``CONTEXT_LIMIT``)."""
+    cfg = limits.context
+    if cfg.strategy == "summarize":
+        request = {"role": "user", "content": SUMMARY_REQUEST}
+        delta = renderer.observation_ids([request])
+        budget = limits.max_context_tokens - len(ep.context) - len(delta)
+        if budget <= 0:
+            return context
+        if turns:  # the request extends the last turn's observation
+            turns[-1].obs_end = len(ep.ids) + len(delta)
+        ep.append(delta)
+        messages.append(request)
+        remaining()
+        gen = await batcher.generate(ep.context, min(cfg.summary_max_tokens, budget), seed)
+        remaining()
+        a_start = len(ep.ids)
+        ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
+        summary = renderer.action_text(gen.token_ids)
+        messages.append({"role": "assistant", "content": summary})
+        state = turns[-1].anchor if turns else None
+        turns.append(
+            Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
+                 gen.policy_version, anchor=("summary", state))
+        )  # fmt: skip
+        new = summary_context(context, summary)
+    else:
+        new = drop_old_observations(context, cfg.keep_observations)
+    prefix = renderer.prompt_ids(new, env.tool_schemas())
+    if len(prefix) >= len(ep.context):
+        return context
+    ep.start_segment(prefix)
+    return new
 
 
 def grade_metrics(result: RewardResult) -> dict[str, float]:
