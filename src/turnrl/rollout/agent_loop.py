@@ -19,10 +19,10 @@ Env text is encoded with control-token text kept plain (see ``ChatRenderer.obser
 so no tool result can forge a turn boundary.
 
 Long episodes: ``RolloutLimits.context`` picks a strategy (:mod:`turnrl.rollout.context`).
-Before each turn, a context past its threshold is rewritten (old tool results dropped, or a
-summary sampled from the policy) and the episode continues in a new *segment* whose prefix is
-the rewritten conversation rendered afresh. The budget and ``CONTEXT_LIMIT`` apply to the
-current segment's tokens.
+Before each turn, a context past its threshold is rewritten (old tool results replaced by a
+placeholder, or a summary sampled from the policy) and the episode continues in a new
+*segment* that opens with the rewritten context (mask 0). The budget and ``CONTEXT_LIMIT``
+apply to the current segment's tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
+    PLACEHOLDER,
     SUMMARY_REQUEST,
     ContextConfig,
     drop_old_observations,
@@ -69,22 +70,26 @@ class EpisodeRequest:
 @dataclass
 class _Episode:
     """Mutable token buffers of one episode while it runs; ``starts`` are the offsets where a
-    rewritten context (a new segment) begins."""
+    rewritten context (a new segment) begins, and ``parts`` is the current segment cut into
+    the pieces it was appended in, each with whether it is a tool result (droppable)."""
 
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
+    parts: list[tuple[list[int], bool]] = field(default_factory=list)
 
     @property
     def context(self) -> list[int]:
         """The ids the policy sees now: the current segment."""
         return self.ids[self.starts[-1] :] if self.starts else self.ids
 
-    def start_segment(self, prefix: list[int]) -> None:
+    def start_segment(self, parts: list[tuple[list[int], bool]]) -> None:
+        """Open a new segment whose prefix (mask 0) is ``parts`` joined."""
         self.starts.append(len(self.ids))
-        self.append(prefix)
+        self.append([i for ids, _ in parts for i in ids])
+        self.parts = list(parts)
 
     def drop_empty_segment(self, turns: list[Turn]) -> None:
         """A segment opened just before the episode ended (a timeout before its first
@@ -94,8 +99,13 @@ class _Episode:
             del self.ids[cut:], self.mask[cut:], self.logprobs[cut:], self.versions[cut:]
 
     def append(
-        self, ids: list[int], logprobs: list[float] | None = None, version: int = -1
+        self,
+        ids: list[int],
+        logprobs: list[float] | None = None,
+        version: int = -1,
+        tool_result: bool = False,
     ) -> None:
+        self.parts.append((list(ids), tool_result))
         self.ids += ids
         if logprobs is None:
             self.mask += [0] * len(ids)
@@ -140,7 +150,6 @@ async def run_episode(
     parse_errors = 0
     env_time = 0.0
     prompt_len = 0
-    context: list[dict[str, Any]] = []  # the conversation the current segment renders
     summaries = 0
 
     def remaining() -> float:
@@ -159,12 +168,11 @@ async def run_episode(
             ]
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
-            context = list(messages)
             for k in range(limits.max_turns):
                 if limits.context.due(len(ep.context)):
                     summaries += limits.context.strategy == "summarize"
-                    context = await _rewrite_context(
-                        ep, context, messages, turns, env, renderer, batcher, limits,
+                    await _rewrite_context(
+                        ep, messages, turns, env, renderer, batcher, limits,
                         request.seed * 1000 + 500 + k, remaining,
                     )  # fmt: skip
                 budget = limits.max_context_tokens - len(ep.context)
@@ -181,7 +189,6 @@ async def run_episode(
                 a_end = len(ep.ids)
                 action = renderer.action_text(gen.token_ids)
                 messages.append({"role": "assistant", "content": action})
-                context.append(messages[-1])
                 turn = Turn(a_start, a_end, a_end, a_end, list(gen.logprobs), gen.policy_version)
                 turns.append(turn)
                 if not gen.stopped:
@@ -244,10 +251,9 @@ async def run_episode(
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 turn.obs_start = len(ep.ids)
-                ep.append(delta)
+                ep.append(delta, tool_result=True)
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
-                context.extend(obs_messages)
             result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
         except asyncio.TimeoutError as e:  # the episode's clock, or one tool call's
             termination = TerminationReason.TIMEOUT
@@ -297,7 +303,6 @@ async def run_episode(
 
 async def _rewrite_context(
     ep: _Episode,
-    context: list[dict[str, Any]],
     messages: list[dict[str, Any]],
     turns: list[Turn],
     env: ToolEnv,
@@ -306,20 +311,24 @@ async def _rewrite_context(
     limits: RolloutLimits,
     seed: int,
     remaining: Callable[[], float],
-) -> list[dict[str, Any]]:
-    """Rewrite a full context and open a new segment with it; returns the new conversation.
+) -> None:
+    """Rewrite a full context and open a new segment with it.
 
+    ``drop_observations`` splices tokens: the new prefix is the current segment with each old
+    tool result's tokens replaced by the tokens of a placeholder result, so everything the
+    policy sampled reappears as the very ids it sampled (mask 0 now), never re-tokenised.
     ``summarize`` first asks for a summary in the current segment: the request is an
-    observation (mask 0) and the summary a sampled turn (mask 1, trained in the segment whose
-    prefix produced it, with no tool call and the env state unchanged). A rewrite that would not
-    shorten the context is skipped (the context grows on until ``CONTEXT_LIMIT``)."""
+    observation (mask 0), the summary a sampled turn (mask 1, trained in the segment whose
+    prefix produced it; no tool call, the env state unchanged); the new prefix is the task and
+    the summary rendered afresh. A rewrite that would not shorten the context is skipped (it
+    then grows on to ``CONTEXT_LIMIT``)."""
     cfg = limits.context
     if cfg.strategy == "summarize":
         request = {"role": "user", "content": SUMMARY_REQUEST}
         delta = renderer.observation_ids([request])
         budget = limits.max_context_tokens - len(ep.context) - len(delta)
         if budget <= 0:
-            return context
+            return
         if turns:  # the request extends the last turn's observation
             turns[-1].obs_end = len(ep.ids) + len(delta)
         ep.append(delta)
@@ -336,14 +345,12 @@ async def _rewrite_context(
             Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
                  gen.policy_version, anchor=("summary", state))
         )  # fmt: skip
-        new = summary_context(context, summary)
+        new = [(renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas()), False)]
     else:
-        new = drop_old_observations(context, cfg.keep_observations)
-    prefix = renderer.prompt_ids(new, env.tool_schemas())
-    if len(prefix) >= len(ep.context):
-        return context
-    ep.start_segment(prefix)
-    return new
+        placeholder = renderer.observation_ids([tool_message(PLACEHOLDER, None, 0)])
+        new = drop_old_observations(ep.parts, placeholder, cfg.keep_observations)
+    if sum(len(ids) for ids, _ in new) < len(ep.context):
+        ep.start_segment(new)
 
 
 def grade_metrics(result: RewardResult) -> dict[str, float]:

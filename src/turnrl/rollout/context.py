@@ -9,8 +9,10 @@
   summary (sampled, so trained like any action, in the context that produced it), and the
   episode continues from a fresh context holding the task and the summary.
 
-A rewrite never edits tokens in place: the rewritten conversation is rendered afresh as the
-prefix of a new *segment* (mask 0), and every later token is sampled from that prefix. The
+A rewrite never edits tokens in place: the rewritten context is the prefix of a new
+*segment* (mask 0), and every later token is sampled from that prefix. ``drop_observations``
+builds it by splicing token ids (what the policy sampled stays the ids it sampled);
+``summarize`` renders the task and the summary afresh. The
 trainer scores each segment as its own sequence (``Trajectory.segment_starts``), so each
 sampled token is trained on exactly the context it was sampled from.
 """
@@ -69,16 +71,20 @@ class ContextConfig:
         return self.strategy != "truncate" and context_tokens > self.threshold
 
 
-def drop_old_observations(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
-    """The conversation with every tool result but the last ``keep`` replaced by
-    :data:`PLACEHOLDER` (the system message, the task and the agent's own turns stay)."""
-    tool_at = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+def drop_old_observations(
+    parts: list[tuple[list[int], bool]], placeholder: list[int], keep: int
+) -> list[tuple[list[int], bool]]:
+    """The context's pieces (token ids, whether a tool result) with every tool result but the
+    last ``keep`` replaced by ``placeholder`` (the ids of a placeholder tool result); the
+    prompt and the agent's own turns stay exactly as they are. A replaced piece is no longer
+    a tool result, so a later rewrite leaves it alone."""
+    tool_at = [i for i, (_, is_tool) in enumerate(parts) if is_tool]
     drop = set(tool_at[: max(len(tool_at) - keep, 0)])
-    return [{**m, "content": PLACEHOLDER} if i in drop else m for i, m in enumerate(messages)]
+    return [(list(placeholder), False) if i in drop else part for i, part in enumerate(parts)]
 
 
 def summary_context(messages: list[dict[str, Any]], summary: str) -> list[dict[str, Any]]:
-    """A fresh conversation: the system message and the task (the first two messages of the
-    episode), the task followed by the summary."""
+    """A fresh conversation: the episode's system message and its task (its first two
+    messages), the task followed by the summary."""
     system, task = messages[0], messages[1]
     return [system, {**task, "content": f"{task['content']}\n\n{SUMMARY_HEADER}\n{summary}"}]

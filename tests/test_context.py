@@ -1,0 +1,286 @@
+"""Context strategies: rewritten contexts become segments, each trained on exactly the prefix
+its tokens were sampled from; an episode still counts once in every statistic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import torch
+
+from turnrl.algo.advantages import compute_advantages, fold_segments, segment_value_columns
+from turnrl.chat import ChatRenderer, HermesToolCallParser
+from turnrl.envs.guess import GuessFamily
+from turnrl.policy.hf import HFPolicy
+from turnrl.policy.models import turn_end_token
+from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
+from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.rollout.context import PLACEHOLDER, SUMMARY_REQUEST, ContextConfig
+from turnrl.tiny.model import tiny_model, train_tokenizer
+from turnrl.train.batch import collate
+from turnrl.train.config import ConfigError, load_config
+from turnrl.types import TerminationReason, Trajectory, Turn
+
+FAMILY = GuessFamily(1, 200)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    texts = [
+        json.dumps({"name": "guess", "arguments": {"number": i}}) + " higher lower correct"
+        for i in range(300)
+    ]
+    tok = train_tokenizer(texts, vocab_size=700)
+    return tok, HFPolicy(tiny_model(tok, seed=0), tok.pad_token_id)
+
+
+class Recording:
+    """Wraps a backend and keeps every (prompt, generation) it served."""
+
+    def __init__(self, backend):
+        self.backend, self.version = backend, backend.version
+        self.seen: list[tuple[list[int], object]] = []
+
+    def generate_batch(self, prompts, params, seeds=None):
+        out = self.backend.generate_batch(prompts, params, seeds)
+        self.seen += [(list(p), g) for p, g in zip(prompts, out)]
+        return out
+
+
+def rollout(tiny, context: ContextConfig, n: int = 3, max_turns: int = 8):
+    tok, policy = tiny
+    renderer = ChatRenderer(tok, HermesToolCallParser(), turn_end_token(tok))
+    recorder = Recording(policy)
+    limits = RolloutLimits(
+        max_turns=max_turns,
+        max_new_tokens=24,
+        max_parse_errors=100,
+        max_context_tokens=800,
+        context=context,
+    )
+    reqs = [EpisodeRequest(t, "g", i) for i, t in enumerate(FAMILY.tasks("train", n))]
+
+    async def go():
+        batcher = GenerationBatcher(recorder, default_sampling(renderer))
+        return await collect(reqs, FAMILY.make_env, renderer, batcher, limits)
+
+    return asyncio.run(go()), recorder, renderer
+
+
+STRATEGIES = {
+    "truncate": ContextConfig("truncate"),
+    "drop_observations": ContextConfig("drop_observations", threshold=300, keep_observations=1),
+    "summarize": ContextConfig("summarize", threshold=300, summary_max_tokens=24),
+}
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_segments_are_what_the_sampler_saw(tiny, strategy):
+    """Each action's prompt is exactly its segment's tokens before it, its ids are the sampled
+    ids, the mask is 1 exactly on them, and a fresh forward pass over each segment alone gives
+    the behaviour logprobs."""
+    trajs, recorder, renderer = rollout(tiny, STRATEGIES[strategy])
+    served = {tuple(p + g.token_ids): g for p, g in recorder.seen}
+    sampled = 0
+    for traj in trajs:
+        traj.validate()
+        if strategy == "truncate":
+            assert traj.segment_starts == [] and traj.termination in (
+                TerminationReason.CONTEXT_LIMIT,
+                TerminationReason.MAX_TURNS,
+            )
+        else:
+            assert len(traj.segment_starts) >= 1, traj.termination  # the context was rewritten
+        for start, end in traj.segments():
+            ids = traj.token_ids[start:end]
+            assert len(ids) <= 800  # every segment fits the budget
+            turns = [u for u in traj.turns if start <= u.action_start < end]
+            for u in turns:
+                prompt_and_action = tuple(ids[: u.action_end - start])
+                gen = served[prompt_and_action]  # the sampler was given exactly this prefix
+                assert traj.token_ids[u.action_start : u.action_end] == gen.token_ids
+                assert traj.behavior_logprobs[u.action_start : u.action_end] == gen.logprobs
+                sampled += len(gen.token_ids)
+            mask = traj.loss_mask[start:end]
+            assert sum(mask) == sum(u.action_end - u.action_start for u in turns)
+            rescored = tiny[1].score([ids], temperature=1.0)[0]
+            for i, m in enumerate(mask):
+                if m:
+                    assert abs(rescored[i] - traj.behavior_logprobs[start + i]) < 1e-4
+            if start > 0:  # a rewritten context opens with a fresh rendering, mask 0
+                text = renderer.decode(ids[: turns[0].action_start - start])
+                assert not any(mask[: turns[0].action_start - start])
+                assert text.startswith(renderer.decode(traj.token_ids[: traj.prompt_len])[:40])
+                if strategy == "drop_observations":
+                    assert PLACEHOLDER in text
+                if strategy == "summarize":
+                    assert "Summary of your work so far" in text
+    assert sampled == sum(len(g.token_ids) for _, g in recorder.seen)  # nothing sampled is lost
+    if strategy == "summarize":
+        summaries = [m for t in trajs for m in t.messages if m["content"] == SUMMARY_REQUEST]
+        assert summaries and sum(t.metrics["summaries"] for t in trajs) == len(summaries)
+
+
+def test_collate_rows_per_segment_and_episode_stats_count_once(tiny):
+    trajs, _, _ = rollout(tiny, STRATEGIES["drop_observations"], n=2)
+    batch = collate(trajs, 0)
+    rows = sum(len(t.segments()) for t in trajs)
+    assert batch.input_ids.shape[0] == rows > len(trajs)
+    first = [0, len(trajs[0].segments())]
+    assert batch.episode_row.tolist() == [first[0]] * first[1] + [first[1]] * (rows - first[1])
+    # every row's tokens and mask, joined back, are the episode's
+    joined = batch.per_episode(batch.input_ids.double(), pad=-1)
+    for e, t in enumerate(trajs):
+        assert joined[e, : len(t.token_ids)].long().tolist() == t.token_ids
+    assert int(batch.loss_mask.sum()) == sum(t.num_action_tokens for t in trajs)
+    # turns keep their episode numbering; a row holds only its own
+    for b in range(rows):
+        own = set(batch.turn_index[b][batch.turn_index[b] >= 0].tolist())
+        assert own == set(batch.turn_mask[b].nonzero().flatten().tolist())
+
+
+def _seg_traj(reward: float, turns_per_segment: list[int], anchors: list, gid: str = "g"):
+    """A hand-made segmented episode: each segment is 2 prompt tokens then 1-token actions
+    each followed by a 1-token observation."""
+    ids, mask, lp, ver, turns, starts = [], [], [], [], [], []
+    k = 0
+    for j, n in enumerate(turns_per_segment):
+        if j:
+            starts.append(len(ids))
+        ids += [1, 2]
+        mask += [0, 0]
+        lp += [0.0, 0.0]
+        ver += [-1, -1]
+        for _ in range(n):
+            a = len(ids)
+            ids += [3, 4]
+            mask += [1, 0]
+            lp += [-0.5, 0.0]
+            ver += [0, -1]
+            turns.append(Turn(a, a + 1, a + 1, a + 2, [-0.5], 0, anchor=anchors[k]))
+            k += 1
+    t = Trajectory("task", gid, 2, ids, mask, lp, ver, turns, reward=reward)
+    t.segment_starts = starts
+    t.validate()
+    return t
+
+
+def test_grpo_and_gigpo_over_segments_count_each_episode_once():
+    """Two episodes of one task: A (reward 1) in segments of 2 + 1 turns, B (reward 0) in one
+    segment of 3 turns. GRPO: mean 0.5, sample std (gigpo's) 0.7071 → A^E = ±0.7071 on every row
+    of each episode, not weighted by its number of rows. GiGPO (γ = 1, w = 1): turn 0 of both acts
+    on the initial state (step group {A0, B0}: returns 1 and 0 → ±0.7071); turn 1 acts on "x"
+    in both (A1, B1: returns 1, 0 → ±0.7071); turn 2 acts on "y" (A) vs "z" (B): singletons → 0.
+    A: [1.414, 1.414, 0.707]; B: [−1.414, −1.414, −0.707]."""
+    a = _seg_traj(1.0, [2, 1], ["x", "y", "done"])
+    b = _seg_traj(0.0, [3], ["x", "z", "done"])
+    batch = collate([a, b], 0)
+    assert batch.episode_row.tolist() == [0, 0, 2]
+    args = dict(
+        rewards=batch.rewards,
+        group_index=batch.group_index,
+        loss_mask=batch.loss_mask,
+        episode_row=batch.episode_row,
+        turn_index=batch.turn_index,
+        turn_rewards=batch.turn_rewards,
+        turn_mask=batch.turn_mask,
+        anchor_ids=batch.anchor_ids,
+    )
+    g = compute_advantages("grpo", std="sample", **args)
+    s = 2**-0.5
+    per_row = [float(g.tokens[r][batch.loss_mask[r].bool()].unique()) for r in range(3)]
+    assert per_row == pytest.approx([s, s, -s], abs=1e-5)
+    gi = compute_advantages("gigpo", gamma=1.0, **args)
+    assert gi.turns[0].tolist() == pytest.approx([2 * s, 2 * s, s], abs=1e-5)
+    assert gi.turns[1].tolist() == pytest.approx([2 * s, 2 * s, s], abs=1e-5)  # same episode
+    assert gi.turns[2].tolist() == pytest.approx([-2 * s, -2 * s, -s], abs=1e-5)
+    # tokens: row 0 holds A's turns 0 and 1, row 1 A's turn 2
+    assert gi.tokens[0][batch.loss_mask[0].bool()].tolist() == pytest.approx(
+        [2 * s, 2 * s], abs=1e-5
+    )
+    assert gi.tokens[1][batch.loss_mask[1].bool()].tolist() == pytest.approx([s], abs=1e-5)
+    # the same episodes unsegmented give the same advantages
+    a1, b1 = _seg_traj(1.0, [3], ["x", "y", "done"]), b
+    flat = collate([a1, b1], 0)
+    gf = compute_advantages(
+        "gigpo",
+        gamma=1.0,
+        rewards=flat.rewards,
+        group_index=flat.group_index,
+        loss_mask=flat.loss_mask,
+        turn_index=flat.turn_index,
+        turn_rewards=flat.turn_rewards,
+        turn_mask=flat.turn_mask,
+        anchor_ids=flat.anchor_ids,
+    )
+    assert gf.turns[0].tolist() == pytest.approx(gi.turns[0].tolist())
+
+
+def test_gae_turn_over_segments_reads_each_value_in_its_own_segment():
+    """One episode, turns 0, 1 in segment 0 and turn 2 in segment 1, reward 1 at the end, γ = λ = 1.
+    Row 0 reads V_0 = 0.1, V_1 = 0.2; row 1 reads V_2 = 0.3 and V_3 = 0.9 (after the last turn,
+    at its last token). Terminated: A_k = R − V_k = [0.9, 0.8, 0.7]; with bootstrap on a truncated
+    episode the final reward is replaced by V_3: A_k = V_3 − V_k = [0.8, 0.7, 0.6]. Values a row
+    does not own are never read (set to 99 here)."""
+    t = _seg_traj(1.0, [2, 1], ["x", "y", "z"])
+    batch = collate([t], 0)
+    assert segment_value_columns(batch.turn_mask, batch.episode_row).tolist() == [
+        [True, True, False, False],
+        [False, False, True, True],
+    ]
+    values = torch.tensor([[0.1, 0.2, 99.0, 99.0], [99.0, 99.0, 0.3, 0.9]], dtype=torch.float64)
+    args = dict(
+        rewards=batch.rewards,
+        group_index=batch.group_index,
+        loss_mask=batch.loss_mask,
+        episode_row=batch.episode_row,
+        turn_index=batch.turn_index,
+        turn_rewards=batch.turn_rewards,
+        turn_mask=batch.turn_mask,
+        values=values,
+        lam=1.0,
+    )
+    done = compute_advantages("gae_turn", **args)
+    assert torch.allclose(done.turns, torch.tensor([[0.9, 0.8, 0.7]] * 2, dtype=torch.float64))
+    assert torch.allclose(done.returns, torch.ones(2, 3, dtype=torch.float64))
+    cut = compute_advantages(
+        "gae_turn", truncated=torch.tensor([True, True]), truncation="bootstrap", **args
+    )
+    assert torch.allclose(cut.turns, torch.tensor([[0.8, 0.7, 0.6]] * 2, dtype=torch.float64))
+    masked = compute_advantages("gae_turn", truncated=torch.tensor([True, True]), **args)
+    assert not masked.valid.any() and not masked.loss_mask.any()  # both rows leave together
+    assert fold_segments(batch.turn_mask, batch.episode_row).tolist() == [[1, 1, 1], [0, 0, 0]]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["rollout.context=summarize", "rollout.context_threshold=512"],
+            "rollout.context_threshold=512 must be > 0 and below max_context_tokens=512",
+        ),
+        (["rollout.context=forget"], "rollout.context: Input should be 'truncate'"),
+        (
+            ["rollout.context=summarize", "rollout.context_threshold=450"],
+            "leaves no room for the summary",
+        ),
+    ],
+)
+def test_bad_context_config_fails_in_one_line(overrides, message, tmp_path):
+    base = ["env.name=guess", "rollout.max_context_tokens=512", f"runs_dir={tmp_path}"]
+    with pytest.raises(ConfigError) as e:
+        load_config(None, base + overrides)
+    assert message in str(e.value) and len(str(e.value).splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_context_config_from_the_cli_exits_2_before_writing(tmp_path):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    args = ["train", "env.name=guess", f"runs_dir={tmp_path}", "rollout.context=forget"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "rollout.context" in result.output and not any(tmp_path.iterdir())
