@@ -284,3 +284,57 @@ def test_bad_context_config_from_the_cli_exits_2_before_writing(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "rollout.context" in result.output and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "strategy, estimator",
+    [("truncate", "grpo"), ("drop_observations", "gigpo"), ("summarize", "gae_turn")],
+)
+def test_one_training_step_with_each_strategy(strategy, estimator, tmp_path, monkeypatch):
+    """The real loop: rollouts with the strategy, one row per segment in the step, the
+    trajectory records joined back per episode."""
+    import gzip
+
+    from turnrl.train.loop import train
+
+    monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(
+        None,
+        [
+            "env.name=guess",
+            "env.options={low: 1, high: 200}",
+            "env.eval_tasks=2",
+            f"runs_dir={tmp_path}",
+            "steps=1",
+            "rollout.tasks_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_turns=6",
+            "rollout.max_new_tokens=24",
+            "rollout.max_parse_errors=10",
+            "rollout.max_context_tokens=1024",
+            f"rollout.context={strategy}",
+            "rollout.context_threshold=256",
+            "rollout.summary_max_tokens=24",
+            f"algo.advantage={estimator}",
+            "algo.truncation=zero",
+            "algo.entropy_coef=0.01",  # every row is trained, even with all rewards 0
+            "tiny.vocab_size=320",
+            "tiny.hidden_size=32",
+            "tiny.layers=1",
+            "threads=1",
+        ],
+    )
+    run_dir = train(cfg, quiet=True, log=lambda s: None)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if "loss" in r)
+    assert step["loss"] == step["loss"]  # finite: the step ran
+    if strategy == "truncate":
+        assert step["episode/segments_mean"] == 1.0 and step["train/rows"] == 4
+    else:
+        assert step["episode/segments_mean"] > 1.0
+        assert step["train/rows"] == round(4 * step["episode/segments_mean"])
+    (records,) = run_dir.glob("**/step-*1.jsonl.gz")
+    recs = [json.loads(x) for x in gzip.open(records, "rt").read().splitlines()]
+    assert recs
+    for rec in recs:  # per-token records cover the whole episode, every segment
+        assert len(rec["advantages"]) == len(rec["ids"])
