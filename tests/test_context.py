@@ -118,8 +118,9 @@ def test_segments_are_what_the_sampler_saw(tiny, strategy):
                     assert "Summary of your work so far" in text
     assert sampled == sum(len(g.token_ids) for _, g in recorder.seen)  # nothing sampled is lost
     if strategy == "summarize":
-        summaries = [m for t in trajs for m in t.messages if m["content"] == SUMMARY_REQUEST]
-        assert summaries and sum(t.metrics["summaries"] for t in trajs) == len(summaries)
+        asked = [m for t in trajs for m in t.messages if m["content"] == SUMMARY_REQUEST]
+        written = sum(t.metrics["summaries"] for t in trajs)
+        assert asked and 0 < written <= len(asked)  # the last request may end the episode
 
 
 def test_collate_rows_per_segment_and_episode_stats_count_once(tiny):

@@ -168,13 +168,17 @@ async def run_episode(
             ]
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
+            asked = False  # the last observation asked for a summary
             for k in range(limits.max_turns):
-                if limits.context.due(len(ep.context)):
-                    summaries += limits.context.strategy == "summarize"
-                    await _rewrite_context(
+                if asked:
+                    summaries += 1
+                    remaining()
+                    await _summarize(
                         ep, messages, turns, env, renderer, batcher, limits,
-                        request.seed * 1000 + 500 + k, remaining,
+                        request.seed * 1000 + 500 + k,
                     )  # fmt: skip
+                elif limits.context.due(len(ep.context)):
+                    _drop_observations(ep, renderer, limits.context.keep_observations)
                 budget = limits.max_context_tokens - len(ep.context)
                 if budget <= 0:
                     termination = TerminationReason.CONTEXT_LIMIT
@@ -247,6 +251,10 @@ async def run_episode(
                     for i, o in enumerate(observations)
                 ]
                 delta = renderer.observation_ids(obs_messages)
+                asked = limits.context.asks_summary(len(ep.context) + len(delta))
+                if asked:  # the request comes with the observation that fills the context
+                    obs_messages.append({"role": "user", "content": SUMMARY_REQUEST})
+                    delta = renderer.observation_ids(obs_messages)
                 if len(ep.context) + len(delta) >= limits.max_context_tokens:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
@@ -301,7 +309,18 @@ async def run_episode(
     return traj
 
 
-async def _rewrite_context(
+def _drop_observations(ep: _Episode, renderer: ChatRenderer, keep: int) -> None:
+    """Open a new segment whose prefix is the current one with every tool result but the last
+    ``keep`` replaced by a placeholder result. Tokens are spliced, not rendered: everything the
+    policy sampled reappears as the very ids it sampled (mask 0 now). Skipped when it would not
+    shorten the context (which then grows on to ``CONTEXT_LIMIT``)."""
+    placeholder = renderer.observation_ids([tool_message(PLACEHOLDER, None, 0)])
+    new = drop_old_observations(ep.parts, placeholder, keep)
+    if sum(len(ids) for ids, _ in new) < len(ep.context):
+        ep.start_segment(new)
+
+
+async def _summarize(
     ep: _Episode,
     messages: list[dict[str, Any]],
     turns: list[Turn],
@@ -310,47 +329,25 @@ async def _rewrite_context(
     batcher: GenerationBatcher,
     limits: RolloutLimits,
     seed: int,
-    remaining: Callable[[], float],
 ) -> None:
-    """Rewrite a full context and open a new segment with it.
-
-    ``drop_observations`` splices tokens: the new prefix is the current segment with each old
-    tool result's tokens replaced by the tokens of a placeholder result, so everything the
-    policy sampled reappears as the very ids it sampled (mask 0 now), never re-tokenised.
-    ``summarize`` first asks for a summary in the current segment: the request is an
-    observation (mask 0), the summary a sampled turn (mask 1, trained in the segment whose
-    prefix produced it; no tool call, the env state unchanged); the new prefix is the task and
-    the summary rendered afresh. A rewrite that would not shorten the context is skipped (it
-    then grows on to ``CONTEXT_LIMIT``)."""
-    cfg = limits.context
-    if cfg.strategy == "summarize":
-        request = {"role": "user", "content": SUMMARY_REQUEST}
-        delta = renderer.observation_ids([request])
-        budget = limits.max_context_tokens - len(ep.context) - len(delta)
-        if budget <= 0:
-            return
-        if turns:  # the request extends the last turn's observation
-            turns[-1].obs_end = len(ep.ids) + len(delta)
-        ep.append(delta)
-        messages.append(request)
-        remaining()
-        gen = await batcher.generate(ep.context, min(cfg.summary_max_tokens, budget), seed)
-        remaining()
-        a_start = len(ep.ids)
-        ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
-        summary = renderer.action_text(gen.token_ids)
-        messages.append({"role": "assistant", "content": summary})
-        state = turns[-1].anchor if turns else None
-        turns.append(
-            Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
-                 gen.policy_version, anchor=("summary", state))
-        )  # fmt: skip
-        new = [(renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas()), False)]
-    else:
-        placeholder = renderer.observation_ids([tool_message(PLACEHOLDER, None, 0)])
-        new = drop_old_observations(ep.parts, placeholder, cfg.keep_observations)
-    if sum(len(ids) for ids, _ in new) < len(ep.context):
-        ep.start_segment(new)
+    """Sample the summary the last observation asked for, then open a new segment holding the
+    task and the summary (rendered afresh, mask 0). The summary is a turn: sampled (mask 1) and
+    trained in the segment whose prefix produced it; it calls no tool and leaves the env's
+    state as it was."""
+    budget = limits.max_context_tokens - len(ep.context)
+    gen = await batcher.generate(ep.context, min(limits.context.summary_max_tokens, budget), seed)
+    a_start = len(ep.ids)
+    ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
+    summary = renderer.action_text(gen.token_ids)
+    messages.append({"role": "assistant", "content": summary})
+    state = turns[-1].anchor if turns else None
+    turns.append(
+        Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
+             gen.policy_version, anchor=("summary", state))
+    )  # fmt: skip
+    ep.start_segment(
+        [(renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas()), False)]
+    )
 
 
 def grade_metrics(result: RewardResult) -> dict[str, float]:

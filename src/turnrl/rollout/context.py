@@ -5,9 +5,10 @@
 * ``drop_observations``: once the context passes ``threshold`` tokens, every tool result but
   the last ``keep_observations`` becomes a short placeholder, and the episode continues from
   that rewritten conversation.
-* ``summarize``: once the context passes ``threshold`` tokens, the policy is asked for a
-  summary (sampled, so trained like any action, in the context that produced it), and the
-  episode continues from a fresh context holding the task and the summary.
+* ``summarize``: the observation that takes the context past ``threshold`` tokens also asks
+  for a summary; the policy writes it on its next turn (sampled, so trained like any action,
+  in the context that produced it), and the episode continues from a fresh context holding
+  the task and the summary.
 
 A rewrite never edits tokens in place: the rewritten context is the prefix of a new
 *segment* (mask 0), and every later token is sampled from that prefix. ``drop_observations``
@@ -67,8 +68,13 @@ class ContextConfig:
         return errors
 
     def due(self, context_tokens: int) -> bool:
-        """Whether the context must be rewritten before the next turn."""
-        return self.strategy != "truncate" and context_tokens > self.threshold
+        """drop_observations: whether the context must be rewritten before the next turn."""
+        return self.strategy == "drop_observations" and context_tokens > self.threshold
+
+    def asks_summary(self, context_tokens: int) -> bool:
+        """summarize: whether the observation that brings the context to ``context_tokens``
+        must also ask for a summary (the policy writes it on its next turn)."""
+        return self.strategy == "summarize" and context_tokens > self.threshold
 
 
 def drop_old_observations(

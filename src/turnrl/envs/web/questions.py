@@ -130,7 +130,7 @@ def generate(
 
 
 # numeric attribute -> what "the most" of it is called in a comparison question
-_MOST = {
+SUPERLATIVES = {
     "population": "the largest population",
     "length_km": "the greatest length in km",
     "students": "the most students",
@@ -161,7 +161,7 @@ def generate_comparisons(
     out = []
     for first in sorted(t for t in corpus if split_of(t, test_fraction) == split):
         kind = corpus[first].kind
-        numeric = [a for a in ATTRIBUTES[kind] if a in _MOST]
+        numeric = [a for a in ATTRIBUTES[kind] if a in SUPERLATIVES]
         peers = sorted(t for t, e in corpus.items() if e.kind == kind and t != first)
         if not numeric or len(peers) < n - 1:
             continue
@@ -171,7 +171,7 @@ def generate_comparisons(
         if values.count(max(values)) > 1:
             continue
         names = ", ".join(entities[:-1]) + f" and {entities[-1]}"
-        text = f"Which of {names} has {_MOST[asked]}?"
+        text = f"Which of {names} has {SUPERLATIVES[asked]}?"
         out.append(Comparison(text, entities[values.index(max(values))], entities, asked))
     rng.shuffle(out)
     return out
