@@ -339,3 +339,79 @@ def test_one_training_step_with_each_strategy(strategy, estimator, tmp_path, mon
     assert recs
     for rec in recs:  # per-token records cover the whole episode, every segment
         assert len(rec["advantages"]) == len(rec["ids"])
+
+
+# --- the long-horizon family: web compare=N -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compare_family():
+    from turnrl.envs.web.family import WebFamily
+
+    fam = WebFamily(compare=4)
+    yield fam
+    fam.close()
+
+
+def _play(fam, tasks, make_agent):
+    from turnrl.envs.scripted import run_scripted
+
+    async def go():
+        return await asyncio.gather(
+            *(run_scripted(fam.make_env(), t, make_agent(t)) for t in tasks)
+        )
+
+    return asyncio.run(go())
+
+
+def test_compare_expert_reads_every_page_and_outgrows_a_1024_token_context(compare_family):
+    """The expert opens each of the 4 pages, finds its number, then answers the largest; its
+    episode, rendered with SmolLM2's chat template, is longer than 1,024 tokens."""
+    from tests.chat_families import smollm2
+    from turnrl.chat import tool_message
+    from turnrl.chat.contract import check_template
+    from turnrl.envs.web.corpus import wiki_path
+    from turnrl.types import ToolCall
+
+    fam = compare_family
+    tasks = fam.tasks("train", 6) + fam.tasks("test", 6)
+    episodes = _play(fam, tasks, fam.expert)
+    renderer = check_template(smollm2())
+    for e in episodes:
+        p = e.task.payload
+        assert e.result.success and len(p["compare"]) == 4
+        assert e.calls[-1] == ToolCall("answer", {"text": p["answer"]})
+        opened = [c.arguments["url"] for c in e.calls if c.name == "open"]
+        assert opened == [wiki_path(t) for t in p["compare"]]
+        values = [o.splitlines()[-1].rsplit(" ", 1)[-1] for o in e.observations if o[0] == "'"]
+        assert len(values) == 4 and p["compare"][values.index(max(values, key=int))] == p["answer"]
+        messages = [
+            {"role": "system", "content": e.instructions},
+            {"role": "user", "content": e.first_message},
+        ]
+        for i, (call, obs) in enumerate(zip(e.calls, e.observations)):
+            messages.append({"role": "assistant", "content": renderer.parser.format([call])})
+            messages.append(tool_message(obs, call, i))
+        n = len(renderer.encode(renderer.render(messages, e.tools, add_generation_prompt=False)))
+        assert n > 1024, n
+    firsts = {
+        split: {t.payload["compare"][0] for t in fam.tasks(split)} for split in ("train", "test")
+    }
+    assert not firsts["train"] & firsts["test"]  # held out by first entity
+
+
+def test_noisy_compare_expert_recovers(compare_family):
+    fam = compare_family
+    tasks = fam.tasks("train", 12)
+    episodes = _play(fam, tasks, lambda t: fam.expert(t, seed=3, noise=0.3))
+    assert sum(e.result.success for e in episodes) >= 10
+    assert sum(len(e.calls) for e in episodes) > 9 * len(tasks)  # mistakes cost turns
+
+
+def test_compare_option_is_checked():
+    from turnrl.envs.web.family import WebFamily
+
+    with pytest.raises(ValueError, match="compare"):
+        WebFamily(compare=1)
+    with pytest.raises(ValueError, match="compare"):
+        WebFamily(compare=9)

@@ -52,6 +52,8 @@ class Batch:
         return torch.nn.utils.rnn.pad_sequence(joined, batch_first=True, padding_value=pad)
 
     def rows(self, idx: torch.Tensor | list[int]) -> Batch:
+        """A sub-batch. Take whole episodes (all rows of each), after the advantages: the
+        ``episode_row`` of the result still points into this batch."""
         return Batch(**{k: v[idx] for k, v in self.__dict__.items()})
 
     def to(self, device: torch.device | str) -> Batch:
