@@ -288,10 +288,15 @@ def test_bad_context_config_from_the_cli_exits_2_before_writing(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "strategy, estimator",
-    [("truncate", "grpo"), ("drop_observations", "gigpo"), ("summarize", "gae_turn")],
+    "strategy, estimator, mode",
+    [
+        ("truncate", "grpo", "sync"),
+        ("drop_observations", "gigpo", "sync"),
+        ("summarize", "gae_turn", "sync"),
+        ("summarize", "grpo", "async"),
+    ],
 )
-def test_one_training_step_with_each_strategy(strategy, estimator, tmp_path, monkeypatch):
+def test_one_training_step_with_each_strategy(strategy, estimator, mode, tmp_path, monkeypatch):
     """The real loop: rollouts with the strategy, one row per segment in the step, the
     trajectory records joined back per episode."""
     import gzip
@@ -307,6 +312,7 @@ def test_one_training_step_with_each_strategy(strategy, estimator, tmp_path, mon
             "env.eval_tasks=2",
             f"runs_dir={tmp_path}",
             "steps=1",
+            f"mode={mode}",
             "rollout.tasks_per_step=2",
             "rollout.group_size=2",
             "rollout.max_turns=6",
