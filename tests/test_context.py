@@ -421,3 +421,46 @@ def test_compare_option_is_checked():
         WebFamily(compare=1)
     with pytest.raises(ValueError, match="compare"):
         WebFamily(compare=9)
+
+
+def test_frozen_summarizer_writes_an_observation_the_policy_never_sampled(tiny, tmp_path):
+    """rollout.summarizer: a frozen model (its own tokenizer and template, here a tiny random
+    model saved to a folder) writes the summary. The policy is never asked: every sampled token
+    is an action, the summary enters the next segment's prefix with mask 0, and each segment
+    still rescores to the behaviour logprobs."""
+    tok, policy = tiny
+    path = tmp_path / "summarizer"
+    tiny_model(tok, seed=1).save_pretrained(path)
+    tok.save_pretrained(path)
+    frozen = ContextConfig("summarize", threshold=300, summary_max_tokens=24, summarizer=str(path))
+    trajs, recorder, renderer = rollout(tiny, frozen)
+    served = {tuple(p + g.token_ids): g for p, g in recorder.seen}
+    assert sum(len(t.turns) for t in trajs) == len(recorder.seen)  # no summary turns
+    for traj in trajs:
+        traj.validate()
+        assert traj.segment_starts and traj.metrics["summaries"] == len(traj.segment_starts)
+        assert not any(m["content"] == SUMMARY_REQUEST for m in traj.messages)
+        for start, end in traj.segments():
+            ids = traj.token_ids[start:end]
+            turns = [u for u in traj.turns if start <= u.action_start < end]
+            for u in turns:
+                assert (
+                    served[tuple(ids[: u.action_end - start])].token_ids
+                    == (traj.token_ids[u.action_start : u.action_end])
+                )
+            rescored = policy.score([ids], temperature=1.0)[0]
+            for i, m in enumerate(traj.loss_mask[start:end]):
+                if m:
+                    assert abs(rescored[i] - traj.behavior_logprobs[start + i]) < 1e-4
+            if start > 0:
+                head = turns[0].action_start - start
+                assert "Summary of your work so far" in renderer.decode(ids[:head])
+                assert not any(traj.loss_mask[start : start + head])
+
+
+def test_summarizer_option_needs_summarize_and_a_model(tmp_path):
+    base = ["env.name=guess", f"runs_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match="only used with context=summarize"):
+        load_config(None, base + ["rollout.summarizer=smollm2"])
+    with pytest.raises(ConfigError, match="no such model directory"):
+        load_config(None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"])

@@ -39,6 +39,7 @@ from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
     PLACEHOLDER,
+    SUMMARY_HEADER,
     SUMMARY_REQUEST,
     ContextConfig,
     drop_old_observations,
@@ -151,6 +152,7 @@ async def run_episode(
     env_time = 0.0
     prompt_len = 0
     summaries = 0
+    summary_time = 0.0
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -173,10 +175,12 @@ async def run_episode(
                 if asked:
                     summaries += 1
                     remaining()
+                    t0 = time.monotonic()
                     await _summarize(
                         ep, messages, turns, env, renderer, batcher, limits,
                         request.seed * 1000 + 500 + k,
                     )  # fmt: skip
+                    summary_time += time.monotonic() - t0
                 elif limits.context.due(len(ep.context)):
                     _drop_observations(ep, renderer, limits.context.keep_observations)
                 budget = limits.max_context_tokens - len(ep.context)
@@ -252,7 +256,7 @@ async def run_episode(
                 ]
                 delta = renderer.observation_ids(obs_messages)
                 asked = limits.context.asks_summary(len(ep.context) + len(delta))
-                if asked:  # the request comes with the observation that fills the context
+                if asked and limits.context.policy_summarizes:  # with the filling observation
                     obs_messages.append({"role": "user", "content": SUMMARY_REQUEST})
                     delta = renderer.observation_ids(obs_messages)
                 if len(ep.context) + len(delta) >= limits.max_context_tokens:
@@ -283,6 +287,7 @@ async def run_episode(
         "parse_errors": float(parse_errors),
         "segments": float(len(ep.starts) + 1),
         "summaries": float(summaries),
+        "time/summary_s": summary_time,
         "time/episode_s": time.monotonic() - start,
         "time/env_s": env_time,
     }
@@ -333,7 +338,18 @@ async def _summarize(
     """Sample the summary the last observation asked for, then open a new segment holding the
     task and the summary (rendered afresh, mask 0). The summary is a turn: sampled (mask 1) and
     trained in the segment whose prefix produced it; it calls no tool and leaves the env's
-    state as it was."""
+    state as it was. A frozen summarizer instead reads the context as text; its summary is an
+    observation (mask 0), seen only in the new segment's prefix."""
+    cfg = limits.context
+    if cfg.summarizer is not None:
+        from turnrl.rollout.summarizer import frozen_summarizer
+
+        model = await asyncio.to_thread(frozen_summarizer, cfg.summarizer)  # loads once
+        summary = await model.summarize(renderer.decode(ep.context), cfg.summary_max_tokens, seed)
+        messages.append({"role": "user", "content": f"{SUMMARY_HEADER}\n{summary}"})
+        prefix = renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas())
+        ep.start_segment([(prefix, False)])
+        return
     budget = limits.max_context_tokens - len(ep.context)
     gen = await batcher.generate(ep.context, min(limits.context.summary_max_tokens, budget), seed)
     a_start = len(ep.ids)

@@ -8,7 +8,9 @@
 * ``summarize``: the observation that takes the context past ``threshold`` tokens also asks
   for a summary; the policy writes it on its next turn (sampled, so trained like any action,
   in the context that produced it), and the episode continues from a fresh context holding
-  the task and the summary.
+  the task and the summary. With ``summarizer`` set, a frozen model writes it instead
+  (:mod:`turnrl.rollout.summarizer`): the policy is not asked, and the summary is an
+  observation (mask 0) in the next segment's prefix.
 
 A rewrite never edits tokens in place: the rewritten context is the prefix of a new
 *segment* (mask 0), and every later token is sampled from that prefix. ``drop_observations``
@@ -44,6 +46,9 @@ class ContextConfig:
     threshold: int = 768
     keep_observations: int = 1  # drop_observations: the most recent tool results kept whole
     summary_max_tokens: int = 128  # summarize: the summary's generation budget
+    # summarize: a frozen model (name or path) writes the summary as an observation; None: the
+    # policy writes it (sampled and trained)
+    summarizer: str | None = None
 
     def check(self, max_context_tokens: int) -> list[str]:
         """Problems with these settings, each naming its field (empty when fine)."""
@@ -55,13 +60,18 @@ class ContextConfig:
                 f"context_threshold={self.threshold} must be > 0 and below "
                 f"max_context_tokens={max_context_tokens}"
             )
-        elif self.strategy == "summarize" and self.threshold + self.summary_max_tokens >= (
+        elif self.policy_summarizes and self.threshold + self.summary_max_tokens >= (
             max_context_tokens
         ):
             errors.append(
                 f"context_threshold + summary_max_tokens = "
                 f"{self.threshold + self.summary_max_tokens} leaves no room for the summary "
                 f"below max_context_tokens={max_context_tokens}"
+            )
+        if self.summarizer is not None and self.strategy != "summarize":
+            errors.append(
+                f"summarizer={self.summarizer!r} is only used with context=summarize, "
+                f"not {self.strategy}"
             )
         if self.keep_observations < 0:
             errors.append(f"keep_observations={self.keep_observations} must be >= 0")
@@ -75,6 +85,10 @@ class ContextConfig:
         """summarize: whether the observation that brings the context to ``context_tokens``
         must also ask for a summary (the policy writes it on its next turn)."""
         return self.strategy == "summarize" and context_tokens > self.threshold
+
+    @property
+    def policy_summarizes(self) -> bool:
+        return self.strategy == "summarize" and self.summarizer is None
 
 
 def drop_old_observations(

@@ -127,10 +127,15 @@ class RolloutConfig(Strict):
     context_threshold: int | None = Field(None, ge=1)  # tokens; None: 3/4 of max_context_tokens
     keep_observations: int = Field(1, ge=0)  # drop_observations: the latest tool results kept
     summary_max_tokens: int = Field(128, ge=1)  # summarize: the summary's generation budget
+    # summarize: a frozen model writes the summary (smollm2 or a transformers path), an
+    # observation with no gradient; None: the policy writes it (sampled and trained)
+    summarizer: str | None = None
 
     @model_validator(mode="after")
     def _context_fits(self) -> RolloutConfig:
         errors = self.context_config().check(self.max_context_tokens)
+        if self.summarizer not in (None, "smollm2") and not Path(self.summarizer).is_dir():
+            errors.append(f"summarizer={self.summarizer!r}: no such model directory")
         if errors:
             raise ValueError("\n".join(f"rollout.{e}" for e in errors))
         return self
@@ -138,7 +143,11 @@ class RolloutConfig(Strict):
     def context_config(self) -> ContextConfig:
         threshold = self.context_threshold or self.max_context_tokens * 3 // 4
         return ContextConfig(
-            self.context, threshold, self.keep_observations, self.summary_max_tokens
+            self.context,
+            threshold,
+            self.keep_observations,
+            self.summary_max_tokens,
+            self.summarizer,
         )
 
     @property
