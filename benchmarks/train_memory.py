@@ -118,6 +118,7 @@ def step_new(model, ids, mask) -> float:
         turn_rewards=torch.zeros(B, K, dtype=torch.float64),
         turn_mask=torch.ones(B, K),
         anchor_ids=torch.zeros(B, K, dtype=torch.long),
+        episode_row=torch.arange(B),
     )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     out = train_on_batch(cfg, model, None, opt, batch, 0, log=lambda s: None)

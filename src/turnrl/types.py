@@ -92,6 +92,15 @@ class Trajectory:
     ``behavior_logprobs`` and ``policy_versions`` have the same length; ``loss_mask`` is 1
     exactly on the action spans of ``turns``; ``behavior_logprobs`` is 0.0 and
     ``policy_versions`` is -1 wherever ``loss_mask`` is 0.
+
+    Segments: a context strategy that rewrites the context (``rollout.context``) splits the
+    episode into segments, stored one after the other in ``token_ids``. Segment j is
+    ``token_ids[s_j:s_{j+1}]`` with ``s_0 = 0`` and ``s_j = segment_starts[j-1]``; it opens with
+    a freshly rendered prefix (mask 0) and every token sampled in it was sampled from exactly
+    the tokens before it *in the segment*, so the trainer scores each segment as its own
+    sequence. Turn spans stay absolute and never cross a boundary; each segment holds at least
+    one action. The episode (reward, group, ending) is still one episode: only the last segment
+    carries its ending.
     """
 
     task_id: str
@@ -111,6 +120,13 @@ class Trajectory:
     # env.grade() as it returned (None when the episode ended without one); ``reward`` is what
     # the run's rubric decided from it (turnrl.rewards.rubric.score_trajectories)
     graded: RewardResult | None = None
+    # offsets in token_ids where a rewritten context starts; empty: one segment (no rewrite)
+    segment_starts: list[int] = field(default_factory=list)
+
+    def segments(self) -> list[tuple[int, int]]:
+        """Half-open ``[start, end)`` spans of the segments in ``token_ids``."""
+        starts = [0, *self.segment_starts]
+        return list(zip(starts, [*self.segment_starts, len(self.token_ids)]))
 
     @property
     def truncated(self) -> bool:
@@ -146,6 +162,19 @@ class Trajectory:
                 assert self.behavior_logprobs[i] == 0.0 and self.policy_versions[i] == -1, (
                     f"token {i} is not sampled but carries a logprob or version"
                 )
+        if self.segment_starts:
+            bounds = [0, *self.segment_starts, n]
+            assert all(a < b for a, b in zip(bounds, bounds[1:])), (
+                f"segment_starts {self.segment_starts} are not increasing inside (0, {n})"
+            )
+            for start, end in self.segments():
+                assert self.loss_mask[start] == 0, f"segment at {start} opens on a sampled token"
+                inside = [t for t in self.turns if start <= t.action_start < end]
+                assert inside, f"segment [{start}, {end}) holds no action"
+                for t in inside:
+                    assert t.action_end <= end and start <= t.obs_start <= t.obs_end <= end, (
+                        f"turn spans cross the segment boundary at {end}"
+                    )
 
 
 @dataclass

@@ -21,6 +21,8 @@ s_{i,k}     anchor state the agent acted on at turn k (``anchor_ids``)
 m_{i,t}     loss mask: 1 on tokens the policy sampled (``loss_mask``)
 k(i,t)      turn of action token t (``turn_index``; -1 on prompt/observation tokens)
 valid_i     trajectory takes part in the loss and in group statistics (truncation policy)
+e(i)        first row of row i's episode (``episode_row``): an episode whose context was
+            rewritten is several rows (segments), one per context it was sampled from
 """
 
 from __future__ import annotations
@@ -437,6 +439,35 @@ def anchor_ids_similar(
 
 
 # ---------------------------------------------------------------------------------------------
+# Segments: several rows, one episode
+# ---------------------------------------------------------------------------------------------
+
+
+def fold_segments(x: torch.Tensor, episode_row: torch.Tensor) -> torch.Tensor:
+    """x'_e = Σ_{i : e(i) = e} x_i on each episode's first row, 0 on its other rows.
+
+    Rows of one episode hold disjoint turns (0 on the others' turns), so folding puts the
+    whole episode's per-turn tensors on its first row. Shapes: ``x: [B, ...]``,
+    ``episode_row: [B]`` → ``[B, ...]``.
+    """
+    return torch.zeros_like(x).index_add_(0, episode_row, x)
+
+
+def segment_value_columns(turn_mask: torch.Tensor, episode_row: torch.Tensor) -> torch.Tensor:
+    """Which row reads which of its episode's values V_0 … V_n: V_k (k < n) the row holding
+    turn k; V_n (after the last turn, the bootstrap value) the row holding turn n − 1, at its
+    last token. Shapes: ``turn_mask: [B, K]`` (each row's own turns) → ``[B, K+1]`` bool.
+    """
+    B, K = turn_mask.shape
+    own = turn_mask.bool()  # [B, K]
+    n = fold_segments(turn_mask.double(), episode_row).sum(-1)[episode_row].long()  # [B]
+    holds_last = own.gather(1, (n - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1) & (n > 0)  # [B]
+    cols = torch.arange(K + 1, device=turn_mask.device)  # [K+1]
+    at_end = (cols == n.unsqueeze(-1)) & holds_last.unsqueeze(-1)  # [B, K+1]
+    return torch.cat([own, torch.zeros_like(own[:, :1])], dim=1) | at_end
+
+
+# ---------------------------------------------------------------------------------------------
 # Dispatch with one truncation policy
 # ---------------------------------------------------------------------------------------------
 
@@ -468,6 +499,7 @@ def compute_advantages(
     turn_mask: torch.Tensor | None = None,
     anchor_ids: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    episode_row: torch.Tensor | None = None,
     std: StdKind | None = None,
     eps: float = 1e-6,
     gamma: float | None = None,
@@ -492,6 +524,17 @@ def compute_advantages(
       ``mask``: valid_i = 0, the row's advantages are 0 and it is left out of every group/batch
       statistic; ``zero``: R_i := 0 before any statistic (per-turn rewards are kept);
       ``bootstrap``: ``gae_turn`` only: R_i is not added and V_{i,n_i} stands in for the future.
+
+    Segments: ``episode_row: [B]`` long maps each row to its episode's first row (rows of one
+    episode share its reward, group and ending; each holds only its own turns, numbered in
+    episode order). Per-turn inputs are folded onto the first row (:func:`fold_segments`,
+    values by :func:`segment_value_columns`), every estimator runs on first rows only, so an
+    episode counts once in each statistic, and every row then takes its episode's advantages:
+    the same A_i for episode-level estimators, A_{i,k} of its own turns for turn-level ones.
+    The truncation policy is the episode's: ``mask``/``zero`` treat all its rows alike;
+    ``bootstrap`` reads V after the episode's last turn (in its last segment). An earlier
+    segment is neither truncated nor terminated: its last turn's next value is V of the next
+    turn, read in the next segment's rewritten context.
 
     ``excluded: [B]`` bool marks rows that are nobody's evidence (an infrastructure failure: env
     error, timeout, a lost episode): they leave the loss and every statistic whatever the
@@ -532,6 +575,22 @@ def compute_advantages(
     if gamma is None:
         gamma = 0.95 if estimator == "gigpo" else 1.0
     zero = torch.zeros((), dtype=torch.float64, device=rewards.device)
+    token_counts = loss_mask.sum(-1)  # [B]
+    rows = torch.arange(B, device=rewards.device)
+    segmented = episode_row is not None and bool((episode_row != rows).any())
+    if segmented:  # one row per episode from here on; the others follow their first row
+        if values is not None:
+            own = segment_value_columns(turn_mask, episode_row)  # [B, K+1]
+            values = fold_segments(torch.where(own, values.double(), zero), episode_row)
+        if turn_rewards is not None:
+            turn_rewards = fold_segments(turn_rewards.double(), episode_row)  # [B, K]
+        if anchor_ids is not None:
+            anchor_ids = fold_segments(anchor_ids + 1, episode_row) - 1  # [B, K], -1 padded
+        if turn_mask is not None:
+            turn_mask = fold_segments(turn_mask, episode_row)  # [B, K]
+        token_counts = fold_segments(token_counts, episode_row)  # [B]
+        later = episode_row != rows  # [B]
+        excluded = later if excluded is None else excluded.bool() | later
     r = rewards.double()  # [B]
     non_finite = ~torch.isfinite(r)  # [B]
     if turn_rewards is not None:
@@ -550,24 +609,23 @@ def compute_advantages(
         # zero: the cut episode scores 0; bootstrap: V after the last turn replaces R_i.
         r = torch.where(truncated, zero, r)  # [B]
 
-    turn_adv = ret = None
+    adv = turn_adv = ret = None
     match estimator:
         case "grpo":
-            tokens = broadcast_to_tokens(grpo(r, group_index, valid, std=std, eps=eps), loss_mask)
+            adv = grpo(r, group_index, valid, std=std, eps=eps)
         case "dr_grpo":
-            tokens = broadcast_to_tokens(dr_grpo(r, group_index, valid), loss_mask)
+            adv = dr_grpo(r, group_index, valid)
         case "rloo":
-            tokens = broadcast_to_tokens(rloo(r, group_index, valid), loss_mask)
+            adv = rloo(r, group_index, valid)
         case "reinforce_pp":
             adv = reinforce_pp(
                 r,
                 group_index,
                 valid,
-                token_counts=loss_mask.sum(-1),
+                token_counts=token_counts,
                 group_baseline=reinforce_pp_group_baseline,
                 eps=eps,
             )
-            tokens = broadcast_to_tokens(adv, loss_mask)
         case "gigpo":
             turn_adv = gigpo(
                 r,
@@ -582,17 +640,24 @@ def compute_advantages(
                 std=std,
                 eps=eps,
             )
-            tokens = turns_to_tokens(turn_adv, turn_index, loss_mask)
         case "gae_turn":
             bootstrap = truncated if truncation == "bootstrap" else torch.zeros_like(truncated)
             turn_adv, ret = gae_turn(
                 r, turn_rewards, turn_mask, values, bootstrap, valid, gamma=gamma, lam=lam
             )
-            tokens = turns_to_tokens(turn_adv, turn_index, loss_mask)
         case _:
             raise ValueError(
                 f"estimator={estimator!r}; expected grpo, dr_grpo, rloo, reinforce_pp, gigpo or gae_turn"
             )
+    if segmented:  # every row takes its episode's values
+        valid, non_finite = valid[episode_row], non_finite[episode_row]
+        adv = None if adv is None else adv[episode_row]
+        turn_adv = None if turn_adv is None else turn_adv[episode_row]
+        ret = None if ret is None else ret[episode_row]
+    if turn_adv is None:
+        tokens = broadcast_to_tokens(adv, loss_mask)
+    else:
+        tokens = turns_to_tokens(turn_adv, turn_index, loss_mask)
     # A diverged critic (or any overflow) must not reach the loss: drop the row, not the step.
     bad = ~torch.isfinite(tokens).all(-1) & valid  # [B]
     if turn_adv is not None:

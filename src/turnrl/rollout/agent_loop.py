@@ -17,6 +17,12 @@ a format error shown to the model, like a malformed call.
 
 Env text is encoded with control-token text kept plain (see ``ChatRenderer.observation_ids``),
 so no tool result can forge a turn boundary.
+
+Long episodes: ``RolloutLimits.context`` picks a strategy (:mod:`turnrl.rollout.context`).
+Before each turn, a context past its threshold is rewritten (old tool results replaced by a
+placeholder, or a summary sampled from the policy) and the episode continues in a new
+*segment* that opens with the rewritten context (mask 0). The budget and ``CONTEXT_LIMIT``
+apply to the current segment's tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.rollout.context import (
+    PLACEHOLDER,
+    SUMMARY_HEADER,
+    SUMMARY_REQUEST,
+    ContextConfig,
+    drop_old_observations,
+    summary_context,
+)
 from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn
 
 MALFORMED = ("unknown_tool", "bad_arguments")
@@ -44,6 +58,7 @@ class RolloutLimits:
     max_obs_tokens: int = 512  # per tool result; longer ones are clipped with a marker
     max_parse_errors: int = 3
     episode_timeout_s: float = 300.0
+    context: ContextConfig = ContextConfig()
 
 
 @dataclass
@@ -55,16 +70,43 @@ class EpisodeRequest:
 
 @dataclass
 class _Episode:
-    """Mutable token buffers of one episode while it runs."""
+    """Mutable token buffers of one episode while it runs; ``starts`` are the offsets where a
+    rewritten context (a new segment) begins, and ``parts`` is the current segment cut into
+    the pieces it was appended in, each with whether it is a tool result (droppable)."""
 
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    parts: list[tuple[list[int], bool]] = field(default_factory=list)
+
+    @property
+    def context(self) -> list[int]:
+        """The ids the policy sees now: the current segment."""
+        return self.ids[self.starts[-1] :] if self.starts else self.ids
+
+    def start_segment(self, parts: list[tuple[list[int], bool]]) -> None:
+        """Open a new segment whose prefix (mask 0) is ``parts`` joined."""
+        self.starts.append(len(self.ids))
+        self.append([i for ids, _ in parts for i in ids])
+        self.parts = list(parts)
+
+    def drop_empty_segment(self, turns: list[Turn]) -> None:
+        """A segment opened just before the episode ended (a timeout before its first
+        generation) trains nothing: remove it, so every segment holds an action."""
+        if self.starts and not any(t.action_start >= self.starts[-1] for t in turns):
+            cut = self.starts.pop()
+            del self.ids[cut:], self.mask[cut:], self.logprobs[cut:], self.versions[cut:]
 
     def append(
-        self, ids: list[int], logprobs: list[float] | None = None, version: int = -1
+        self,
+        ids: list[int],
+        logprobs: list[float] | None = None,
+        version: int = -1,
+        tool_result: bool = False,
     ) -> None:
+        self.parts.append((list(ids), tool_result))
         self.ids += ids
         if logprobs is None:
             self.mask += [0] * len(ids)
@@ -109,6 +151,8 @@ async def run_episode(
     parse_errors = 0
     env_time = 0.0
     prompt_len = 0
+    summaries = 0
+    summary_time = 0.0
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -126,14 +170,26 @@ async def run_episode(
             ]
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
+            asked = False  # the last observation asked for a summary
             for k in range(limits.max_turns):
-                budget = limits.max_context_tokens - len(ep.ids)
+                if asked:
+                    summaries += 1
+                    remaining()
+                    t0 = time.monotonic()
+                    await _summarize(
+                        ep, messages, turns, env, renderer, batcher, limits,
+                        request.seed * 1000 + 500 + k,
+                    )  # fmt: skip
+                    summary_time += time.monotonic() - t0
+                elif limits.context.due(len(ep.context)):
+                    _drop_observations(ep, renderer, limits.context.keep_observations)
+                budget = limits.max_context_tokens - len(ep.context)
                 if budget <= 0:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 remaining()
                 gen = await batcher.generate(
-                    ep.ids, min(limits.max_new_tokens, budget), request.seed * 1000 + k
+                    ep.context, min(limits.max_new_tokens, budget), request.seed * 1000 + k
                 )
                 remaining()
                 a_start = len(ep.ids)
@@ -146,7 +202,7 @@ async def run_episode(
                 if not gen.stopped:
                     # Cut at max_new_tokens: close the turn as the template would. The model
                     # did not sample this token, so it carries no gradient.
-                    if len(ep.ids) >= limits.max_context_tokens:
+                    if len(ep.context) >= limits.max_context_tokens:
                         termination = TerminationReason.CONTEXT_LIMIT
                         break
                     ep.append([renderer.turn_end_id])
@@ -199,11 +255,15 @@ async def run_episode(
                     for i, o in enumerate(observations)
                 ]
                 delta = renderer.observation_ids(obs_messages)
-                if len(ep.ids) + len(delta) >= limits.max_context_tokens:
+                asked = limits.context.asks_summary(len(ep.context) + len(delta))
+                if asked and limits.context.policy_summarizes:  # with the filling observation
+                    obs_messages.append({"role": "user", "content": SUMMARY_REQUEST})
+                    delta = renderer.observation_ids(obs_messages)
+                if len(ep.context) + len(delta) >= limits.max_context_tokens:
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 turn.obs_start = len(ep.ids)
-                ep.append(delta)
+                ep.append(delta, tool_result=True)
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
             result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
@@ -213,6 +273,7 @@ async def run_episode(
         except Exception as e:  # a crashing env ends its episode, never the run
             termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
     finally:
+        ep.drop_empty_segment(turns)
         batcher.episode_finished()
         try:
             await asyncio.wait_for(env.close(), 30)
@@ -224,6 +285,9 @@ async def run_episode(
         "tokens": float(len(ep.ids)),
         "action_tokens": float(sum(ep.mask)),
         "parse_errors": float(parse_errors),
+        "segments": float(len(ep.starts) + 1),
+        "summaries": float(summaries),
+        "time/summary_s": summary_time,
         "time/episode_s": time.monotonic() - start,
         "time/env_s": env_time,
     }
@@ -245,8 +309,61 @@ async def run_episode(
         flags=list(result.flags) if result is not None else [],
         messages=messages,
         graded=result,
+        segment_starts=list(ep.starts),
     )
     return traj
+
+
+def _drop_observations(ep: _Episode, renderer: ChatRenderer, keep: int) -> None:
+    """Open a new segment whose prefix is the current one with every tool result but the last
+    ``keep`` replaced by a placeholder result. Tokens are spliced, not rendered: everything the
+    policy sampled reappears as the very ids it sampled (mask 0 now). Skipped when it would not
+    shorten the context (which then grows on to ``CONTEXT_LIMIT``)."""
+    placeholder = renderer.observation_ids([tool_message(PLACEHOLDER, None, 0)])
+    new = drop_old_observations(ep.parts, placeholder, keep)
+    if sum(len(ids) for ids, _ in new) < len(ep.context):
+        ep.start_segment(new)
+
+
+async def _summarize(
+    ep: _Episode,
+    messages: list[dict[str, Any]],
+    turns: list[Turn],
+    env: ToolEnv,
+    renderer: ChatRenderer,
+    batcher: GenerationBatcher,
+    limits: RolloutLimits,
+    seed: int,
+) -> None:
+    """Sample the summary the last observation asked for, then open a new segment holding the
+    task and the summary (rendered afresh, mask 0). The summary is a turn: sampled (mask 1) and
+    trained in the segment whose prefix produced it; it calls no tool and leaves the env's
+    state as it was. A frozen summarizer instead reads the context as text; its summary is an
+    observation (mask 0), seen only in the new segment's prefix."""
+    cfg = limits.context
+    if cfg.summarizer is not None:
+        from turnrl.rollout.summarizer import frozen_summarizer
+
+        model = await asyncio.to_thread(frozen_summarizer, cfg.summarizer)  # loads once
+        summary = await model.summarize(renderer.decode(ep.context), cfg.summary_max_tokens, seed)
+        messages.append({"role": "user", "content": f"{SUMMARY_HEADER}\n{summary}"})
+        prefix = renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas())
+        ep.start_segment([(prefix, False)])
+        return
+    budget = limits.max_context_tokens - len(ep.context)
+    gen = await batcher.generate(ep.context, min(limits.context.summary_max_tokens, budget), seed)
+    a_start = len(ep.ids)
+    ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
+    summary = renderer.action_text(gen.token_ids)
+    messages.append({"role": "assistant", "content": summary})
+    state = turns[-1].anchor if turns else None
+    turns.append(
+        Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
+             gen.policy_version, anchor=("summary", state))
+    )  # fmt: skip
+    ep.start_segment(
+        [(renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas()), False)]
+    )
 
 
 def grade_metrics(result: RewardResult) -> dict[str, float]:

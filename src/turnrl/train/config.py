@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from turnrl.rollout.context import ContextConfig
+
 RECIPES = Path(__file__).resolve().parent.parent / "tiny" / "recipes"
 DEFAULT_RECIPE = "code-tiny"
 
@@ -117,6 +119,36 @@ class RolloutConfig(Strict):
     episode_timeout_s: float = Field(300.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
     batch_wait_s: float = Field(0.05, ge=0)
+    # when an episode outgrows its context (docs/context.md): truncate (end it with
+    # context_limit), drop_observations (old tool results become a placeholder) or summarize
+    # (the policy writes a summary; the episode goes on from the task and the summary). A
+    # rewrite starts a new segment, trained on exactly the prefix it was sampled from.
+    context: Literal["truncate", "drop_observations", "summarize"] = "truncate"
+    context_threshold: int | None = Field(None, ge=1)  # tokens; None: 3/4 of max_context_tokens
+    keep_observations: int = Field(1, ge=0)  # drop_observations: the latest tool results kept
+    summary_max_tokens: int = Field(128, ge=1)  # summarize: the summary's generation budget
+    # summarize: a frozen model writes the summary (smollm2 or a transformers path), an
+    # observation with no gradient; None: the policy writes it (sampled and trained)
+    summarizer: str | None = None
+
+    @model_validator(mode="after")
+    def _context_fits(self) -> RolloutConfig:
+        errors = self.context_config().check(self.max_context_tokens)
+        if self.summarizer not in (None, "smollm2") and not Path(self.summarizer).is_dir():
+            errors.append(f"summarizer={self.summarizer!r}: no such model directory")
+        if errors:
+            raise ValueError("\n".join(f"rollout.{e}" for e in errors))
+        return self
+
+    def context_config(self) -> ContextConfig:
+        threshold = self.context_threshold or self.max_context_tokens * 3 // 4
+        return ContextConfig(
+            self.context,
+            threshold,
+            self.keep_observations,
+            self.summary_max_tokens,
+            self.summarizer,
+        )
 
     @property
     def held_out_temperature(self) -> float:

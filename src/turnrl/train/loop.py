@@ -67,6 +67,7 @@ def limits_of(cfg: TrainConfig) -> RolloutLimits:
         max_obs_tokens=r.max_obs_tokens,
         max_parse_errors=r.max_parse_errors,
         episode_timeout_s=r.episode_timeout_s,
+        context=r.context_config(),
     )
 
 
@@ -319,6 +320,8 @@ def train(
             metrics.update(blocking_tool_stats())
             if d.main:
                 writer.write(metrics, trajs[:2], renderer)
+                if len(batch.episode_row) > len(trajs):  # segment rows back to episodes
+                    per_token = {k: batch.per_episode(v) for k, v in per_token.items()}
                 recorded = records.write(step + 1, trajs, per_token)
                 if wandb_log is not None:
                     wandb_log.log(step + 1, metrics, recorded)

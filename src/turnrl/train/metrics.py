@@ -82,6 +82,7 @@ def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "episode/tokens_mean": mean("tokens"),
         "episode/action_tokens_mean": mean("action_tokens"),
         "episode/parse_errors_mean": mean("parse_errors"),
+        "episode/segments_mean": mean("segments"),  # > 1 where a context strategy rewrote it
         "time/env_s_mean": mean("time/env_s"),
     }
     for reason in TerminationReason:  # every ending, 0 included: the curves stay continuous

@@ -377,6 +377,7 @@ def train_on_batch(
         turn_mask=batch.turn_mask,
         anchor_ids=batch.anchor_ids,
         values=old_values,
+        episode_row=batch.episode_row,
         std=a.std,
         eps=a.eps,
         gamma=a.gamma,

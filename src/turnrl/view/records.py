@@ -105,6 +105,7 @@ def encode(
         "mask": list(t.loss_mask),
         "behavior_lp": _floats(t.behavior_logprobs),
         "versions": list(t.policy_versions),
+        "segment_starts": list(t.segment_starts),  # where a rewritten context begins
     }
     for key in PER_TOKEN:
         rec[key] = _floats(per_token[key][index, :n]) if key in per_token else [None] * n

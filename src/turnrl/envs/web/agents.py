@@ -142,3 +142,42 @@ class WebRandomAgent:
         if tool == "follow":
             return ToolCall("follow", {"link_number": self.rng.randint(1, 12)})
         return ToolCall("find", {"text": word})
+
+
+class WebCompareExpert:
+    """The expert of comparison questions (the family's ``compare`` option): for each page in
+    turn it opens the page and finds the asked number's line (``find("Population:")``), then
+    answers with the entity whose number was largest. It knows the pages and the answer (from
+    the task), not the numbers; it moves on only when a find result for the current page shows
+    the line, so a mistake (``noise``: a wrong page, a vague find) costs turns, not success."""
+
+    def __init__(
+        self,
+        pages: list[tuple[str, str]],
+        answer: str,
+        label: str,
+        seed: int = 0,
+        noise: float = 0.0,
+        lead: str = "",
+    ) -> None:
+        self.titles = [t for t, _ in pages]
+        self.paths = [p for _, p in pages]
+        self.gold, self.find, self.lead = answer, f"{label}:", lead
+        self.rng, self.noise = random.Random(seed), noise
+        self.next = 0  # the page whose number is still to be read
+
+    def act(self, observation: str) -> ToolCall:
+        if self.next < len(self.paths) and observation.startswith(
+            f"'{self.find}' in {self.paths[self.next]}:"
+        ):
+            self.next += 1
+        if self.next == len(self.paths):
+            return ToolCall("answer", {"text": self.lead + self.gold})
+        if self.noise and self.rng.random() < self.noise:
+            if self.rng.random() < 0.5:
+                return ToolCall("open", {"url": self.rng.choice(self.paths)})
+            return ToolCall("find", {"text": self.lead + self.rng.choice(self.titles)})
+        view = _parse_view(observation)
+        if view is not None and view.path == self.paths[self.next]:
+            return ToolCall("find", {"text": self.find})
+        return ToolCall("open", {"url": self.paths[self.next]})

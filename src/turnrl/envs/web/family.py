@@ -9,10 +9,10 @@ from typing import Any, Literal
 import pydantic
 
 from turnrl.envs.scripted import DoNothingAgent
-from turnrl.envs.web.agents import WebExpert, WebRandomAgent
+from turnrl.envs.web.agents import WebCompareExpert, WebExpert, WebRandomAgent
 from turnrl.envs.web.corpus import build_corpus, label, wiki_path
 from turnrl.envs.web.env import WebEnv
-from turnrl.envs.web.questions import Question, generate
+from turnrl.envs.web.questions import Comparison, Question, generate, generate_comparisons
 from turnrl.envs.web.server import Site, WikiServer
 from turnrl.policy.openai import endpoint_chat
 from turnrl.types import Task
@@ -39,6 +39,10 @@ class WebOptions(pydantic.BaseModel):
     # the expert writes a copied name or value with the space it was read with, so a model
     # that copies tokens (the tiny model) writes the tokens it read (see web.agents)
     copy_spaces: bool = False
+    # long-horizon tier: 0 asks multi-hop questions; N >= 2 asks which of N pages has the
+    # largest number ("Which of A, B, C and D has the largest population?"): N pages read and
+    # N numbers remembered, an episode longer than a small context (docs/context.md)
+    compare: int = pydantic.Field(0, ge=0, le=8)
 
     @pydantic.field_validator("judge", mode="before")
     @classmethod
@@ -49,6 +53,8 @@ class WebOptions(pydantic.BaseModel):
     def _consistent(self) -> WebOptions:
         if self.min_hops > self.max_hops:
             raise ValueError(f"min_hops ({self.min_hops}) > max_hops ({self.max_hops})")
+        if self.compare == 1:
+            raise ValueError("compare: 0 (multi-hop questions) or 2-8 pages to compare, not 1")
         if self.judge is not None and not callable(getattr(self.judge, "chat", None)):
             raise ValueError("judge must have an async chat(messages) -> str method")
         return self
@@ -67,7 +73,7 @@ class WebFamily:
         self.site = Site(self.corpus, o.search_results)
         self.server = WikiServer(self.site)
         self._lock = threading.Lock()
-        self._questions: dict[tuple[str, int], list[Question]] = {}
+        self._questions: dict[tuple[str, int], list[Question | Comparison]] = {}
 
     @property
     def base_url(self) -> str:
@@ -81,6 +87,10 @@ class WebFamily:
             raise ValueError(f"web: split must be 'train' or 'test', not {split!r}")
         o = self.options
         key = (split, seed)
+        if key not in self._questions and o.compare:
+            self._questions[key] = generate_comparisons(
+                self.corpus, split, o.compare, o.test_fraction, seed
+            )
         if key not in self._questions:
             self._questions[key] = generate(
                 self.corpus, split, o.min_hops, o.max_hops, o.test_fraction, seed
@@ -88,7 +98,17 @@ class WebFamily:
         questions = self._questions[key][:n] if n is not None else self._questions[key]
         return [self._task(q, split) for q in questions]
 
-    def _task(self, q: Question, split: str) -> Task:
+    def _task(self, q: Question | Comparison, split: str) -> Task:
+        if isinstance(q, Comparison):
+            payload = {
+                "question": q.text,
+                "answer": q.answer,
+                "asked": q.asked,
+                "compare": list(q.entities),
+                "pages": [[t, wiki_path(t)] for t in q.entities],
+                "label": label(self.corpus[q.entities[0]], q.asked),
+            }
+            return Task(f"web-{split}-{zlib.crc32(q.text.encode()):08x}", self.name, payload, split)
         payload = {
             "question": q.text,
             "answer": q.answer,
@@ -110,9 +130,10 @@ class WebFamily:
         o = self.options
         return WebEnv(self.base_url, o.page_size, o.metric, o.f1_success, o.judge, o.timeout)
 
-    def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> WebExpert:
+    def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> WebExpert | WebCompareExpert:
         pages = [(t, p) for t, p in task.payload["pages"]]
-        return WebExpert(
+        agent = WebCompareExpert if "compare" in task.payload else WebExpert
+        return agent(
             pages,
             task.payload["answer"],
             task.payload["label"],

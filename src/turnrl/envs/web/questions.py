@@ -127,3 +127,51 @@ def generate(
         by_hops.append(pool)
     mixed = itertools.chain.from_iterable(itertools.zip_longest(*by_hops))
     return [q for q in mixed if q is not None]
+
+
+# numeric attribute -> what "the most" of it is called in a comparison question
+SUPERLATIVES = {
+    "population": "the largest population",
+    "length_km": "the greatest length in km",
+    "students": "the most students",
+    "employees": "the most employees",
+    "founded": "the latest founding year",
+    "birth_year": "the latest birth year",
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A long-horizon question: one number compared across ``entities`` (all of one kind), so
+    the agent must read every page and remember each value until it answers."""
+
+    text: str
+    answer: str  # the title of the entity with the largest value (a unique maximum)
+    entities: tuple[str, ...]
+    asked: str  # the numeric attribute
+
+
+def generate_comparisons(
+    corpus: dict[str, Entity], split: str, n: int, test_fraction: float, seed: int
+) -> list[Comparison]:
+    """Comparison questions over ``n`` entities of one kind: every entity of the split is the
+    first of one question, the others drawn from its kind at random (the train/test split is by
+    first entity, as for chains). Only questions with a unique largest value are kept."""
+    rng = random.Random(f"web-compare-{seed}")
+    out = []
+    for first in sorted(t for t in corpus if split_of(t, test_fraction) == split):
+        kind = corpus[first].kind
+        numeric = [a for a in ATTRIBUTES[kind] if a in SUPERLATIVES]
+        peers = sorted(t for t, e in corpus.items() if e.kind == kind and t != first)
+        if not numeric or len(peers) < n - 1:
+            continue
+        asked = rng.choice(numeric)
+        entities = (first, *rng.sample(peers, n - 1))
+        values = [int(corpus[t].attributes[asked]) for t in entities]
+        if values.count(max(values)) > 1:
+            continue
+        names = ", ".join(entities[:-1]) + f" and {entities[-1]}"
+        text = f"Which of {names} has {SUPERLATIVES[asked]}?"
+        out.append(Comparison(text, entities[values.index(max(values))], entities, asked))
+    rng.shuffle(out)
+    return out
