@@ -69,8 +69,9 @@ class _Commands(typer.core.TyperGroup):
             if _Commands.debug:
                 raise
             code, lines = explain(e)
-            for line in lines:
-                errors.print(line, markup=False, highlight=False)
+            if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike
+                for line in lines:
+                    errors.print(line, markup=False, highlight=False)
             raise typer.Exit(code) from None
 
 

@@ -328,6 +328,10 @@ class Dist:
 
     def close(self) -> None:
         if self._owned and self.group:
+            # every rank is past its last collective before any tears the group down: a rank
+            # leaving early closes sockets a peer's gloo threads still use (SIGABRT there)
+            if self.world > 1:
+                dist.barrier()
             dist.destroy_process_group()
 
 
