@@ -464,3 +464,20 @@ def test_summarizer_option_needs_summarize_and_a_model(tmp_path):
         load_config(None, base + ["rollout.summarizer=smollm2"])
     with pytest.raises(ConfigError, match="no such model directory"):
         load_config(None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"])
+
+
+def test_an_excluded_segmented_episode_counts_once(tiny):
+    """An episode that ended in an env error leaves its group whole, however many rows its
+    segments make: ``train/excluded_infra`` counts episodes."""
+    from turnrl.train.step import train_on_batch
+
+    broken = _seg_traj(0.0, [2, 1, 1], ["x", "y", "z", "w"])
+    broken.termination = TerminationReason.ENV_ERROR
+    trajs = [broken, _seg_traj(1.0, [2], ["x", "y"]), _seg_traj(0.0, [2], ["x", "z"])]
+    batch = collate(trajs, 0)
+    assert len(batch.episode_row) == 5  # 3 rows for the broken episode
+    cfg = load_config(None, ["env.name=guess"])
+    model = tiny_model(tiny[0], seed=0, hidden_size=32, layers=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    out = train_on_batch(cfg, model, None, optimizer, batch, 0, log=lambda *_: None)
+    assert out["train/excluded_infra"] == 1.0

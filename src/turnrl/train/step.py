@@ -400,10 +400,12 @@ def train_on_batch(
     if a.kl_coef > 0 or a.entropy_coef > 0 or critic is not None:
         has_signal = adv.loss_mask.sum(-1) > 0
     rows = has_signal.nonzero().flatten()
+    row_ids = torch.arange(len(batch.episode_row), device=batch.episode_row.device)
+    first_rows = batch.episode_row == row_ids  # [B] one row per episode
     out: dict[str, float] = {
         "train/rows": float(len(rows)),
         "train/no_signal": float(not signal),
-        "train/excluded_infra": float(batch.excluded.sum()),
+        "train/excluded_infra": float(batch.excluded[first_rows].sum()),  # episodes, not rows
         "train/non_finite": float(adv.non_finite.sum()),
         "train/skipped_steps": 0.0,
         "adv/abs_mean": float(
