@@ -255,3 +255,65 @@ def test_vllm_sync_every_needs_no_staleness_setting():
     assert cfg.sync_every == 4
     with pytest.raises(ConfigError, match="sync_every must be <= max_staleness"):
         load_config(None, ["env.name=guess", "mode=async", "sync_every=4"])
+
+
+def test_vllm_policy_passes_the_adapter_to_every_generation(monkeypatch, tmp_path):
+    """``VLLMPolicy``'s own plumbing with vLLM's classes replaced by recorders (the engine's
+    behaviour is tests/test_vllm_backend.py's, on a GPU): LoRA enabled at the rank vLLM
+    serves, and each push a new request, with a new id, naming the pushed folder."""
+    import sys
+    import types
+    from dataclasses import dataclass
+
+    @dataclass
+    class LoRARequest:
+        lora_name: str
+        lora_int_id: int
+        lora_path: str
+
+    class LLM:
+        def __init__(self, **kwargs):
+            self.kwargs, self.requests = kwargs, []
+
+        def generate(self, prompts, sampling, use_tqdm=False, lora_request=None):
+            self.requests.append(lora_request)
+            out = types.SimpleNamespace(
+                token_ids=[5], logprobs=[{5: types.SimpleNamespace(logprob=-1.0)}]
+            )
+            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+
+        def reset_prefix_cache(self):
+            pass
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
+    request = types.ModuleType("vllm.lora.request")
+    request.LoRARequest = LoRARequest
+    for name, mod in [
+        ("vllm", fake),
+        ("vllm.inputs", inputs),
+        ("vllm.lora", types.ModuleType("vllm.lora")),
+        ("vllm.lora.request", request),
+    ]:
+        monkeypatch.setitem(sys.modules, name, mod)
+
+    for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
+        monkeypatch.setenv(var, "0")  # restored after the test; the engine sets its defaults
+    from turnrl.policy.base import SamplingParams
+
+    engine = vllm_mod.VLLMPolicy("base", lora_rank=4)
+    assert engine.llm.kwargs["enable_lora"] and engine.llm.kwargs["max_lora_rank"] == 8
+    assert engine.llm.kwargs["max_loras"] == 1
+    params = SamplingParams(temperature=1.0, max_new_tokens=1)
+    engine.generate_batch([[1, 2]], params, [0])
+    engine.load_adapter(tmp_path / "v3", 3)
+    (g,) = engine.generate_batch([[1, 2]], params, [0])
+    engine.load_adapter(tmp_path / "v4", 4)
+    engine.generate_batch([[1, 2]], params, [0])
+    first, second, third = engine.llm.requests
+    assert first is None and g.policy_version == 3 and engine.version == 4
+    assert (second.lora_path, third.lora_path) == (str(tmp_path / "v3"), str(tmp_path / "v4"))
+    assert 0 < second.lora_int_id < third.lora_int_id
+    assert vllm_mod.VLLMPolicy("base").llm.kwargs.get("enable_lora") is None
