@@ -413,7 +413,7 @@ class TrainConfig(Strict):
                 self.algo.is_correction = "tis"
             self._check_vllm_placement()
         else:
-            for key in {"vllm_gpu_memory", "vllm_lora"} & self.rollout.model_fields_set:
+            for key in sorted({"vllm_gpu_memory", "vllm_lora"} & self.rollout.model_fields_set):
                 raise ValueError(f"rollout.{key}: only with rollout.backend=vllm")
         if self.sync_every > 1 and self.mode == "sync" and self.distributed.backend == "local":
             if self.rollout.backend == "hf":
