@@ -8,6 +8,13 @@ at every step (the truncated-importance weight π_trainer/π_vLLM stays near 1, 
 not if the weights pushed after each update had not arrived: the learning rate here moves the
 policy far more than the bf16/fp32 kernel difference); GPU memory used; ``run_dir/model`` holds
 the step-3 float32 policy, different from the starting one, loadable by plain transformers.
+
+Before it, two more runs, each in its own process (one vLLM engine per process): LoRA pushed as
+adapters with ``sync_every=2`` (4 steps: the engine starts from the frozen base with
+``enable_lora``, samples steps 1 and 3 from the trainer's current adapter and steps 2 and 4 one
+version behind, which ``vllm/staleness_max`` records as 0, 1, 0, 1; only the last adapter stays
+on disk) and, where two GPUs are visible, the trainer on ``cuda:1`` beside vLLM on ``cuda:0``
+with ``rollout.vllm_gpu_memory=0.8`` (2 steps).
 Skips (exit 0) with a message where no CUDA device or no vLLM is available.
 
     .venv/bin/python scripts/gpu_scale_check.py [RUNS_DIR]
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +60,71 @@ OVERRIDES = [
 ]
 
 
+LORA_OVERRIDES = [
+    *(o for o in OVERRIDES if not o.startswith(("name=", "steps=", "trainer.", "model.dtype"))),
+    "name=gpu-lora-check",
+    "steps=4",
+    "model.dtype=bfloat16",
+    "model.lora=true",
+    "model.lora_rank=8",
+    "optim.lr=2e-3",  # LoRA's adapters start at zero and need a larger step
+    "sync_every=2",
+    "rollout.vllm_gpu_memory=0.3",
+]
+APART_OVERRIDES = [
+    *(o for o in OVERRIDES if not o.startswith(("name=", "steps=", "trainer.", "model.device"))),
+    "name=gpu-apart-check",
+    "steps=2",
+    "model.device=cuda:1",
+    "rollout.vllm_gpu_memory=0.8",
+]
+
+
+def train_in_subprocess(overrides: list[str], runs: Path) -> Path:
+    """One ``turnrl train`` in a fresh process (its own vLLM engine, freed when it exits)."""
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "turnrl", "train", *overrides, f"runs_dir={runs}", "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    name = next(o for o in overrides if o.startswith("name=")).partition("=")[2]
+    print(f"gpu_scale_check: {name} took {time.monotonic() - t0:.0f}s", flush=True)
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+    check(done.returncode == 0, f"{name}: turnrl train exited {done.returncode}")
+    return runs / name
+
+
+def lora_sync_check(runs: Path) -> None:
+    from turnrl.train.metrics import read_jsonl
+
+    run_dir = train_in_subprocess(LORA_OVERRIDES, runs)
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
+    check([r["policy_version"] for r in steps] == [1, 2, 3, 4], "LoRA: policy version 1..4")
+    lag = [r["vllm/staleness_max"] for r in steps]
+    check(lag == [0, 1, 0, 1], f"LoRA, sync_every=2: sampled versions lag by {lag}")
+    weights = [r.get("train/is_weight_mean", float("nan")) for r in steps]
+    print(f"  LoRA importance weight π_trainer/π_vLLM per step: {[round(w, 4) for w in weights]}")
+    check(all(map(math.isfinite, weights)), "LoRA: finite importance weights")
+    check(
+        all(abs(math.log(weights[i])) < 0.1 for i in (0, 2)),
+        "LoRA: right after a push vLLM samples from the trainer's current adapter",
+    )
+    adapters = sorted(p.name for p in (run_dir / "vllm" / "adapters").iterdir())
+    check(adapters == ["v4"], f"LoRA: only the last adapter kept on disk ({adapters})")
+    check((run_dir / "vllm" / "base" / "config.json").exists(), "LoRA: the frozen base saved")
+
+
+def apart_check(runs: Path) -> None:
+    if torch.cuda.device_count() < 2:
+        print("  [skipped] trainer on cuda:1 beside vLLM on cuda:0: one GPU visible")
+        return
+    from turnrl.train.metrics import read_jsonl
+
+    run_dir = train_in_subprocess(APART_OVERRIDES, runs)
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
+    check([r["policy_version"] for r in steps] == [1, 2], "apart: policy version 1, 2")
+    check(all(math.isfinite(r["loss"]) for r in steps), "apart: finite losses")
+
+
 def check(ok: bool, what: str) -> None:
     print(f"  [{'ok' if ok else 'FAIL'}] {what}", flush=True)
     if not ok:
@@ -78,6 +151,8 @@ def main() -> None:
 
     runs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="gpu-scale-"))
     print(f"gpu_scale_check: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    lora_sync_check(runs)
+    apart_check(runs)
     t0 = time.monotonic()
     app(["train", *OVERRIDES, f"runs_dir={runs}", "--quiet"], standalone_mode=False)
     run_dir = runs / "gpu-scale-check"

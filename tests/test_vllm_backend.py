@@ -126,3 +126,34 @@ def test_vllm_module_imports_without_vllm():
         with pytest.raises(ImportError, match="CUDA GPU and the vllm package"):
             mod.VLLMPolicy("nowhere")
     assert "vllm" in NEEDS
+
+
+def test_lora_adapter_pushes_reach_vllm(tok, tmp_path):
+    """A PEFT model's adapter saved and handed over as a LoRARequest: vLLM then samples from
+    base + adapter (the trainer's scoring), not from the base it started with."""
+    if not vllm_available():
+        pytest.skip("vllm backend needs a CUDA GPU and the vllm package; none here")
+    from peft import LoraConfig, get_peft_model
+
+    from turnrl.policy.vllm import VLLMPolicy, save_adapter, save_base
+
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    model = get_peft_model(tiny_model(tok, seed=0, hidden_size=64, layers=2), lora).eval()
+    base_dir = save_base(model, tmp_path / "base")
+    tok.save_pretrained(base_dir)
+    engine = VLLMPolicy(str(base_dir), dtype="bfloat16", enforce_eager=True, lora_rank=8)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    engine.load_adapter(save_adapter(model, tmp_path / "adapters", 1), 1)
+    gens = engine.generate_batch(PROMPTS, params(), [1, 2, 3])
+    adapted = HFPolicy(model, tok.pad_token_id)
+    base = HFPolicy(model.get_base_model(), tok.pad_token_id)
+    for prompt, g in zip(PROMPTS, gens):
+        assert g.policy_version == 1
+        want = adapted.score([prompt + g.token_ids], temperature=0.7)[0][len(prompt) :]
+        assert g.logprobs == pytest.approx(want, abs=0.05)  # bf16 engine, fp32 trainer
+        with model.disable_adapter():
+            plain = base.score([prompt + g.token_ids], temperature=0.7)[0][len(prompt) :]
+        assert max(abs(a - b) for a, b in zip(plain, want)) > 0.1  # the adapter matters

@@ -43,7 +43,8 @@ class ModelConfig(Strict):
     # where and in what precision the sampler and trainer hold the model: auto = cuda with
     # bfloat16 where a GPU is visible, else cpu with float32
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto, cpu, cuda or cuda:N (that GPU: a trainer apart from vLLM, which takes cuda:0)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     trust_remote_code: bool = False  # run the model repository's own Python code
     lora: bool = False
     lora_rank: int = Field(8, ge=1)
@@ -54,11 +55,17 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _device_exists(self) -> ModelConfig:
-        if self.device == "cuda":
+        if self.device.startswith("cuda"):
             import torch
 
             if not torch.cuda.is_available():
-                raise ValueError("device: cuda asked for, but no CUDA device is visible")
+                raise ValueError(f"device: {self.device} asked for, but no CUDA device is visible")
+            index = int(self.device.partition(":")[2] or 0)
+            if index >= torch.cuda.device_count():
+                raise ValueError(
+                    f"device: {self.device}, but only {torch.cuda.device_count()} CUDA "
+                    "device(s) are visible"
+                )
         return self
 
 
@@ -101,8 +108,14 @@ class EnvConfig(Strict):
 
 class RolloutConfig(Strict):
     # the sampler: hf (transformers, the trainer's own weights) or vllm (a GPU engine that
-    # receives the trainer's weights after every update; synchronous, local runs only)
+    # receives the trainer's weights every sync_every updates; synchronous, local runs only)
     backend: Literal["hf", "vllm"] = "hf"
+    # vllm: the share of its GPU's memory the engine takes (weights + KV cache). It runs on the
+    # first visible GPU; the trainer shares it (model.device=cuda) or has another (cuda:1)
+    vllm_gpu_memory: float = Field(0.4, gt=0, lt=1)
+    # vllm with model.lora: push the LoRA adapter (vLLM applies it to the frozen base) or the
+    # merged full weights (for architectures or target modules vLLM's LoRA does not serve)
+    vllm_lora: Literal["adapter", "merged"] = "adapter"
     tasks_per_step: int = Field(4, ge=1)
     group_size: int = Field(8, ge=1)  # episodes per task (one group)
     max_turns: int = Field(6, ge=1)
@@ -344,7 +357,8 @@ class TrainConfig(Strict):
     inflight: Literal["continue_new", "finish_old"] = (
         "continue_new"  # async episodes at a weight change
     )
-    sync_every: int = Field(1, ge=1)  # async/ray: push weights to the samplers every k updates
+    # async/ray/vllm: push weights to the samplers every k updates (sampling lags <= k-1)
+    sync_every: int = Field(1, ge=1)
     eval_every: int = Field(0, ge=0)  # 0 = only at start and end
     checkpoint_every: int = Field(1, ge=1)  # rewrite checkpoints/last.pt every N steps
     checkpoint_keep_every: int = Field(0, ge=0)  # also keep step-N.pt every N steps (0: none)
@@ -382,7 +396,8 @@ class TrainConfig(Strict):
 
     @model_validator(mode="after")
     def _batch_shapes(self) -> TrainConfig:
-        if self.sync_every > self.max_staleness + 1:
+        # (vllm is synchronous: its lag is at most sync_every - 1 by construction)
+        if self.sync_every > self.max_staleness + 1 and self.rollout.backend != "vllm":
             raise ValueError(
                 "sync_every must be <= max_staleness + 1 (older weights would exceed the bound)"
             )
@@ -396,6 +411,17 @@ class TrainConfig(Strict):
             if "is_correction" not in self.algo.model_fields_set:
                 # vLLM's kernels differ from the trainer's: correct for the mismatch by default
                 self.algo.is_correction = "tis"
+            self._check_vllm_placement()
+        else:
+            for key in sorted({"vllm_gpu_memory", "vllm_lora"} & self.rollout.model_fields_set):
+                raise ValueError(f"rollout.{key}: only with rollout.backend=vllm")
+        if self.sync_every > 1 and self.mode == "sync" and self.distributed.backend == "local":
+            if self.rollout.backend == "hf":
+                raise ValueError(
+                    "sync_every: the hf sampler is the trainer's own model, always current; "
+                    "sync_every acts with mode=async, distributed.backend=ray or "
+                    "rollout.backend=vllm"
+                )
         if self.subagent.enabled and self.distributed.backend != "local":
             raise ValueError("subagent.enabled: only with distributed.backend=local")
         if self.sft.enabled and self.sft.episodes > 0:
@@ -407,6 +433,27 @@ class TrainConfig(Strict):
                     "sft.enabled=false (or give it expert(task, seed, noise))"
                 )
         return self
+
+    def _check_vllm_placement(self) -> None:
+        """What one process cannot place: vLLM runs on the first visible GPU (cuda:0)."""
+        device, r = self.model.device, self.rollout
+        if "vllm_lora" in r.model_fields_set and not self.model.lora:
+            raise ValueError("rollout.vllm_lora: only with model.lora=true")
+        if self.model.lora and r.vllm_lora == "adapter":
+            from turnrl.policy.vllm import vllm_lora_rank
+
+            vllm_lora_rank(self.model.lora_rank)  # raises past vLLM's largest rank
+        if device in ("auto", "cuda", "cuda:0") and r.vllm_gpu_memory > 0.9:
+            raise ValueError(
+                f"rollout.vllm_gpu_memory={r.vllm_gpu_memory}: the trainer shares cuda:0 with "
+                "vLLM and would keep under 10% of it; lower it, or train on another GPU "
+                "(model.device=cuda:1)"
+            )
+        if device not in ("auto", "cpu", "cuda", "cuda:0") and self.trainer.strategy == "fsdp2":
+            raise ValueError(
+                f"model.device={device} with trainer.strategy=fsdp2: FSDP2 shards onto GPU "
+                "LOCAL_RANK (cuda:0 here, vLLM's); use trainer.strategy=none on another GPU"
+            )
 
 
 class ConfigError(ValueError):

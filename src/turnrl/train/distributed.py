@@ -68,7 +68,8 @@ def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
 
 
 def _on_cuda(cfg: TrainConfig) -> bool:
-    return cfg.model.device == "cuda" or (cfg.model.device == "auto" and torch.cuda.is_available())
+    device = cfg.model.device
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
 
 
 def check_trainer(cfg: TrainConfig, world: int) -> None:

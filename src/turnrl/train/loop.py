@@ -50,6 +50,7 @@ from turnrl.train.metrics import (
 from turnrl.train.preflight import preflight
 from turnrl.train.setup import build_model
 from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
+from turnrl.train.vllm_sync import push_weights, sampler_lag, vllm_sampler
 from turnrl.types import Trajectory
 from turnrl.view.export import export_html
 from turnrl.view.records import RecordWriter
@@ -182,7 +183,7 @@ def train(
             subagent.resumed(full, policy.version)
     if d.main and saved_policy(run_dir) is None:  # a fresh run: its starting policy
         save_policy(run_dir, full, tokenizer, cfg.model.name, start_step)
-    sampler = policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, policy)
+    sampler = policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, full, policy)
     writer = records = wandb_log = None
     if d.main:
         writer = MetricsWriter(run_dir, resume_step=start_step if resume_dir is not None else None)
@@ -301,8 +302,12 @@ def train(
                 policy.version += 1
             if subagent is not None:
                 subagent.step_done(full, step + 1, policy.version)
-            if sampler is not policy:
-                sampler.load_weights(trainer_weights(full), policy.version)
+            # vLLM samples with the weights of its last push (each token records that version);
+            # a held-out evaluation always sees the trainer's current weights
+            if sampler is not policy and (
+                policy.version - sampler.version >= cfg.sync_every or eval_due(step + 1)
+            ):
+                push_weights(cfg, run_dir, sampler, full, policy.version)
             if rollouts is not None:
                 rollouts.weights_updated(policy.version)
             t2 = time.monotonic()
@@ -316,6 +321,8 @@ def train(
             }
             metrics["time/rollout_s"], metrics["time/train_s"] = t1 - t0, t2 - t1
             metrics["policy_version"] = policy.version
+            if sampler is not policy:  # versions the trained tokens lagged the trainer by
+                metrics.update(sampler_lag(trajs, policy.version - 1))
             metrics["run/resumes"] = resumes
             metrics.update(blocking_tool_stats())
             if d.main:
@@ -434,28 +441,6 @@ def make_rollouts(
         max_concurrency=cfg.rollout.max_concurrency,
         batch_wait_s=cfg.rollout.batch_wait_s,
     )
-
-
-def vllm_sampler(cfg: TrainConfig, run_dir: Path, policy: HFPolicy):
-    """A vLLM engine started from the run's saved policy (``run_dir/model``, the weights the
-    trainer holds now); the loop pushes the trainer's weights to it after every update."""
-    from turnrl.policy.vllm import VLLMPolicy
-
-    engine = VLLMPolicy(
-        str(saved_policy(run_dir)),
-        dtype="auto" if cfg.model.dtype == "auto" else cfg.model.dtype,
-        max_model_len=cfg.rollout.max_context_tokens,
-        seed=cfg.seed,
-    )
-    engine.version = policy.version
-    return engine
-
-
-def trainer_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The trainer's weights under transformers' names, LoRA merged (what vLLM loads)."""
-    from turnrl.train.export import is_lora, merged_state_dict
-
-    return merged_state_dict(model)[1] if is_lora(model) else model.state_dict()
 
 
 def _sampling(cfg: TrainConfig, renderer: ChatRenderer, evaluation: bool = False):
