@@ -224,11 +224,12 @@ BAD = [
     (["rollout.backend=vllm", "rollout.vllm_gpu_memory=1"], "rollout.vllm_gpu_memory: Input"),
     (["rollout.backend=vllm", "rollout.vllm_lora=merged"], "only with model.lora=true"),
     (
-        ["rollout.backend=vllm", "model.lora=true", "model.lora_rank=1024"],
+        ["rollout.backend=vllm", "model.name=smollm2", "model.lora=true", "model.lora_rank=1024"],
         "model.lora_rank=1024: vLLM serves LoRA ranks up to 512",
     ),
     (["model.device=cuda:1"], "model: device: cuda:1 asked for, but no CUDA device is visible"),
     (["model.device=gpu"], "model.device: String should match pattern"),
+    (["model.lora=true"], "model.lora: the tiny model trains all its weights"),
 ]
 
 

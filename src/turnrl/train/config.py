@@ -46,10 +46,10 @@ class ModelConfig(Strict):
     # auto, cpu, cuda or cuda:N (that GPU: a trainer apart from vLLM, which takes cuda:0)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     trust_remote_code: bool = False  # run the model repository's own Python code
-    lora: bool = False
-    lora_rank: int = Field(8, ge=1)
-    lora_alpha: float = 16.0
-    lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    lora: bool = False  # train LoRA adapters on a pretrained model (peft), not all its weights
+    lora_rank: int = Field(8, ge=1)  # the adapters' rank r
+    lora_alpha: float = 16.0  # the adapters' scale is alpha / r
+    lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]  # modules that get one
     # how the model writes tool calls; auto reads the family from its chat template
     tool_format: Literal["auto", "hermes", "llama3", "mistral", "json"] = "auto"
 
@@ -400,6 +400,10 @@ class TrainConfig(Strict):
         if self.sync_every > self.max_staleness + 1 and self.rollout.backend != "vllm":
             raise ValueError(
                 "sync_every must be <= max_staleness + 1 (older weights would exceed the bound)"
+            )
+        if self.model.lora and self.model.name == "tiny":
+            raise ValueError(
+                "model.lora: the tiny model trains all its weights (LoRA is for a pretrained model)"
             )
         if self.optim.micro_batch_size > self.optim.minibatch_size:
             raise ValueError("optim.micro_batch_size must not exceed optim.minibatch_size")
