@@ -12,7 +12,7 @@ machine. Runs go one after another: each uses the cores the recipe's ``threads``
     .venv/bin/python benchmarks/recipes.py --recipes guess-tiny --seeds 1 --quick   # smoke
     .venv/bin/python benchmarks/recipes.py --out results.json --markdown
 
-A full recipe takes 10-15 minutes of 2 cores per seed: all seven over 3 seeds is about 5 hours.
+A full recipe takes 10-15 minutes of 2 cores per seed: all eight over 3 seeds is about 5 hours.
 """
 
 from __future__ import annotations
