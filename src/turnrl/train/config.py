@@ -417,8 +417,9 @@ class TrainConfig(Strict):
                 self.algo.is_correction = "tis"
             self._check_vllm_placement()
         else:
-            for key in sorted({"vllm_gpu_memory", "vllm_lora"} & self.rollout.model_fields_set):
-                raise ValueError(f"rollout.{key}: only with rollout.backend=vllm")
+            for key in ("vllm_gpu_memory", "vllm_lora"):  # (a saved config holds defaults)
+                if _changed(self.rollout, key):
+                    raise ValueError(f"rollout.{key}: only with rollout.backend=vllm")
         if self.sync_every > 1 and self.mode == "sync" and self.distributed.backend == "local":
             if self.rollout.backend == "hf":
                 raise ValueError(
@@ -441,7 +442,7 @@ class TrainConfig(Strict):
     def _check_vllm_placement(self) -> None:
         """What one process cannot place: vLLM runs on the first visible GPU (cuda:0)."""
         device, r = self.model.device, self.rollout
-        if "vllm_lora" in r.model_fields_set and not self.model.lora:
+        if _changed(r, "vllm_lora") and not self.model.lora:
             raise ValueError("rollout.vllm_lora: only with model.lora=true")
         if self.model.lora and r.vllm_lora == "adapter":
             from turnrl.policy.vllm import vllm_lora_rank
@@ -458,6 +459,12 @@ class TrainConfig(Strict):
                 f"model.device={device} with trainer.strategy=fsdp2: FSDP2 shards onto GPU "
                 "LOCAL_RANK (cuda:0 here, vLLM's); use trainer.strategy=none on another GPU"
             )
+
+
+def _changed(section: BaseModel, key: str) -> bool:
+    """The key differs from its default (set on purpose: a run's saved config.yaml lists every
+    key, so being present says nothing)."""
+    return getattr(section, key) != type(section).model_fields[key].default
 
 
 class ConfigError(ValueError):
