@@ -5,6 +5,7 @@ set of outputs, and what cannot be trained is refused before anything is written
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -108,6 +109,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         results["gather"] = d.gather(mine, {"m": float(rank), "judge/skipped": 1.0}, {"r": rank})
         if rank == 0:
             torch.save(results, out)
+        gc.collect()  # the DDP/FSDP2 wrappers (their reducer threads) go before the group
+        dist.barrier()  # no rank tears the group down while a peer still uses it
     finally:
         dist.destroy_process_group()
 

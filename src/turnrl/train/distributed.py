@@ -21,6 +21,7 @@ processes and under any strategy.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import random
 import socket
@@ -331,6 +332,8 @@ class Dist:
         if self._owned and self.group:
             # every rank is past its last collective before any tears the group down: a rank
             # leaving early closes sockets a peer's gloo threads still use (SIGABRT there)
+            self.scorer = None  # the DDP/FSDP2 wrapper (its reducer threads) goes first
+            gc.collect()
             if self.world > 1:
                 dist.barrier()
             dist.destroy_process_group()
