@@ -48,14 +48,43 @@ def check(ok: bool, what: str) -> None:
         sys.exit(1)
 
 
+def logged_steps(run_dir: Path, n: int) -> list[dict]:
+    """The run's step rows, checked: ``n`` of them, policy versions 1..n, finite losses."""
+    from turnrl.train.metrics import read_jsonl
+
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
+    check(len(steps) == n, f"{n} training steps logged (got {len(steps)})")
+    versions = list(range(1, n + 1))
+    check([r["policy_version"] for r in steps] == versions, f"policy versions {versions}")
+    check(
+        all(math.isfinite(r["loss"]) for r in steps), f"finite losses {[r['loss'] for r in steps]}"
+    )
+    return steps
+
+
+def check_saved_policy(run_dir: Path, dtype: torch.dtype, step: int):
+    """``run_dir/model`` is the step-``step`` policy in ``dtype``, loads in plain transformers
+    on the GPU and gives finite logits; returns the loaded model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    record = json.loads((run_dir / "model" / "turnrl.json").read_text())
+    name = str(dtype).removeprefix("torch.")
+    check(record["dtype"] == name, f"saved policy dtype {record['dtype']}")
+    check(record["step"] == step, f"saved policy is step {record['step']}")
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "model", dtype=dtype).cuda()
+    tok = AutoTokenizer.from_pretrained(run_dir / "model")
+    ids = torch.tensor([tok("Find the hidden number.")["input_ids"]], device="cuda")
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    check(bool(torch.isfinite(logits).all()), "run_dir/model loads in transformers, finite logits")
+    return model
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         print("gpu_check: skipped, no CUDA device visible (torch.cuda.is_available() is False)")
         return
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from turnrl.cli import app
-    from turnrl.train.metrics import read_jsonl
 
     runs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     print(f"gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -64,26 +93,12 @@ def main() -> None:
     run_dir = runs / "gpu-check"
     print(f"gpu_check: turnrl train took {time.monotonic() - t0:.0f}s, run {run_dir}")
 
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
-    check(len(steps) == 3, f"3 training steps logged (got {len(steps)})")
-    check([r["policy_version"] for r in steps] == [1, 2, 3], "policy version 1, 2, 3")
-    check(
-        all(math.isfinite(r["loss"]) for r in steps), f"finite losses {[r['loss'] for r in steps]}"
-    )
+    steps = logged_steps(run_dir, 3)
     print(f"  train seconds per step: {[round(r['time/train_s'], 2) for r in steps]}")
     print(f"  rollout seconds per step: {[round(r['time/rollout_s'], 2) for r in steps]}")
     peak = torch.cuda.max_memory_allocated() / 2**30
     check(peak > 0.2, f"GPU memory used: peak {peak:.2f} GiB")
-
-    record = json.loads((run_dir / "model" / "turnrl.json").read_text())
-    check(record["dtype"] == "bfloat16", f"saved policy dtype {record['dtype']}")
-    check(record["step"] == 3, f"saved policy is step {record['step']}")
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "model", dtype=torch.bfloat16).cuda()
-    tok = AutoTokenizer.from_pretrained(run_dir / "model")
-    ids = torch.tensor([tok("Find the hidden number.")["input_ids"]], device="cuda")
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits
-    check(bool(torch.isfinite(logits).all()), "run_dir/model loads in transformers, finite logits")
+    check_saved_policy(run_dir, torch.bfloat16, 3)
     print("gpu_check: all checks passed")
 
 

@@ -22,7 +22,6 @@ Skips (exit 0) with a message where no CUDA device or no vLLM is available.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from gpu_check import check, check_saved_policy, logged_steps  # the sibling script
 
 OVERRIDES = [
     "name=gpu-scale-check",
@@ -94,11 +94,8 @@ def train_in_subprocess(overrides: list[str], runs: Path) -> Path:
 
 
 def lora_sync_check(runs: Path) -> None:
-    from turnrl.train.metrics import read_jsonl
-
     run_dir = train_in_subprocess(LORA_OVERRIDES, runs)
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
-    check([r["policy_version"] for r in steps] == [1, 2, 3, 4], "LoRA: policy version 1..4")
+    steps = logged_steps(run_dir, 4)
     lag = [r["vllm/staleness_max"] for r in steps]
     check(lag == [0, 1, 0, 1], f"LoRA, sync_every=2: sampled versions lag by {lag}")
     weights = [r.get("train/is_weight_mean", float("nan")) for r in steps]
@@ -117,18 +114,7 @@ def apart_check(runs: Path) -> None:
     if torch.cuda.device_count() < 2:
         print("  [skipped] trainer on cuda:1 beside vLLM on cuda:0: one GPU visible")
         return
-    from turnrl.train.metrics import read_jsonl
-
-    run_dir = train_in_subprocess(APART_OVERRIDES, runs)
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
-    check([r["policy_version"] for r in steps] == [1, 2], "apart: policy version 1, 2")
-    check(all(math.isfinite(r["loss"]) for r in steps), "apart: finite losses")
-
-
-def check(ok: bool, what: str) -> None:
-    print(f"  [{'ok' if ok else 'FAIL'}] {what}", flush=True)
-    if not ok:
-        sys.exit(1)
+    logged_steps(train_in_subprocess(APART_OVERRIDES, runs), 2)
 
 
 def main() -> None:
@@ -143,11 +129,9 @@ def main() -> None:
         print("gpu_scale_check: skipped, vLLM is not installed (pip install 'turnrl[vllm]')")
         return
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from turnrl.cli import app
     from turnrl.policy.models import load_model
-    from turnrl.train.metrics import read_jsonl
 
     runs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="gpu-scale-"))
     print(f"gpu_scale_check: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -158,12 +142,7 @@ def main() -> None:
     run_dir = runs / "gpu-scale-check"
     print(f"gpu_scale_check: turnrl train took {time.monotonic() - t0:.0f}s, run {run_dir}")
 
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "policy_version" in r]
-    check(len(steps) == 3, f"3 training steps logged (got {len(steps)})")
-    check([r["policy_version"] for r in steps] == [1, 2, 3], "policy version 1, 2, 3")
-    check(
-        all(math.isfinite(r["loss"]) for r in steps), f"finite losses {[r['loss'] for r in steps]}"
-    )
+    steps = logged_steps(run_dir, 3)
     weights = [r.get("train/is_weight_mean", float("nan")) for r in steps]
     print(f"  importance weight π_trainer/π_vLLM per step: {[round(w, 4) for w in weights]}")
     check(
@@ -176,11 +155,7 @@ def main() -> None:
     peak = torch.cuda.max_memory_allocated() / 2**30
     check(peak > 0.2, f"GPU memory used: peak {peak:.2f} GiB")
 
-    record = json.loads((run_dir / "model" / "turnrl.json").read_text())
-    check(record["dtype"] == "float32", f"saved policy dtype {record['dtype']}")
-    check(record["step"] == 3, f"saved policy is step {record['step']}")
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "model", dtype=torch.float32).cuda()
-    tok = AutoTokenizer.from_pretrained(run_dir / "model")
+    check_saved_policy(run_dir, torch.float32, 3)
     trained = load_file(str(run_dir / "model" / "model.safetensors"))
     start = load_model("smollm2", "float32", "cpu").state_dict()
     moved = any(
@@ -194,10 +169,6 @@ def main() -> None:
         if k in ckpt["model"]
     )
     check(same, "run_dir/model equals the checkpoint's full (gathered) weights")
-    ids = torch.tensor([tok("Find the hidden number.")["input_ids"]], device="cuda")
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits
-    check(bool(torch.isfinite(logits).all()), "run_dir/model loads in transformers, finite logits")
     print("gpu_scale_check: all checks passed")
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.openai_stub import OpenAIStub
 from turnrl.cli import app
 from turnrl.envs.registry import make_family
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
@@ -45,59 +44,33 @@ def bisect(messages: list[dict]) -> int:
     return (low + high) // 2
 
 
-class Stub:
+class Stub(OpenAIStub):
     """``mode``: "native" (tool_calls, content null), "text" (<tool_call> in content),
     "user" (a simulated customer's line), "slow" (replies after 1 s), "n" (as many
     choices as asked), "n_ignored" (always one choice)."""
 
-    def __init__(self) -> None:
-        self.mode = "user"
-        self.bodies: list[dict] = []
-        stub = self
+    mode = "user"
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.bodies.append(body)
-                if stub.mode == "slow":
-                    time.sleep(1.0)
-                message: dict = {"role": "assistant", "content": "Sure, happy to help."}
-                if stub.mode == "native":
-                    n = bisect(body["messages"])
-                    message["content"] = None
-                    message["tool_calls"] = [
-                        {
-                            "id": f"call_{len(body['messages'])}",
-                            "type": "function",
-                            "function": {"name": "guess", "arguments": json.dumps({"number": n})},
-                        }
-                    ]
-                elif stub.mode == "text":
-                    n = bisect(body["messages"])
-                    call = json.dumps({"name": "guess", "arguments": {"number": n}})
-                    message["content"] = f"Let me bisect.\n<tool_call>{call}</tool_call>"
-                count = body.get("n", 1) if stub.mode == "n" else 1
-                reply = {"choices": [{"message": message, "finish_reason": "stop"}] * count}
-                data = json.dumps(reply).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def reply(self, body: dict) -> dict:
+        if self.mode == "slow":
+            time.sleep(1.0)
+        message: dict = {"role": "assistant", "content": "Sure, happy to help."}
+        if self.mode == "native":
+            n = bisect(body["messages"])
+            message["content"] = None
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{len(body['messages'])}",
+                    "type": "function",
+                    "function": {"name": "guess", "arguments": json.dumps({"number": n})},
+                }
+            ]
+        elif self.mode == "text":
+            n = bisect(body["messages"])
+            call = json.dumps({"name": "guess", "arguments": {"number": n}})
+            message["content"] = f"Let me bisect.\n<tool_call>{call}</tool_call>"
+        count = body.get("n", 1) if self.mode == "n" else 1
+        return {"choices": [{"message": message, "finish_reason": "stop"}] * count}
 
 
 @pytest.fixture

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.openai_stub import OpenAIStub
 from turnrl.policy.openai import OpenAIChat, OpenAIError
 from turnrl.rewards import Episode, Rubric, apply_results
 from turnrl.rewards.judge import (
@@ -25,60 +24,29 @@ from turnrl.rewards.judge import (
 from turnrl.types import TerminationReason, Trajectory
 
 
-class Stub:
+class Stub(OpenAIStub):
     """An OpenAI-compatible /chat/completions server. ``mode`` decides the reply:
     "score" ({"score": 0.8}), "group" (scores read from the prompt: attempt with ANSWER=k
     scores k/10), "malformed" (prose), "http500", "nochoices"."""
 
-    def __init__(self) -> None:
-        self.mode = "score"
-        self.requests: list[dict] = []
-        stub = self
+    mode = "score"
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # keep test output clean
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.requests.append(
-                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-                )
-                if stub.mode == "http500":
-                    self.send_response(500)
-                    self.end_headers()
-                    self.wfile.write(b"internal error")
-                    return
-                prompt = body["messages"][-1]["content"]
-                if stub.mode == "score":
-                    content = 'Sure. ```json\n{"score": 0.8}\n```'
-                elif stub.mode == "group":
-                    shown = re.findall(r"### Attempt \d+\n.*?ANSWER=(\d)", prompt, re.DOTALL)
-                    content = json.dumps({"scores": [int(k) / 10 for k in shown]})
-                elif stub.mode == "malformed":
-                    content = "I think the agent did quite well overall, maybe 8/10."
-                else:
-                    content = None
-                reply = (
-                    {"choices": []}
-                    if stub.mode == "nochoices"
-                    else {"choices": [{"message": {"role": "assistant", "content": content}}]}
-                )
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def reply(self, body: dict) -> dict | None:
+        if self.mode == "http500":
+            return None
+        prompt = body["messages"][-1]["content"]
+        if self.mode == "score":
+            content = 'Sure. ```json\n{"score": 0.8}\n```'
+        elif self.mode == "group":
+            shown = re.findall(r"### Attempt \d+\n.*?ANSWER=(\d)", prompt, re.DOTALL)
+            content = json.dumps({"scores": [int(k) / 10 for k in shown]})
+        elif self.mode == "malformed":
+            content = "I think the agent did quite well overall, maybe 8/10."
+        else:
+            content = None
+        if self.mode == "nochoices":
+            return {"choices": []}
+        return {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
 
 @pytest.fixture

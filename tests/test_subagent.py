@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.openai_stub import OpenAIStub
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.cli import app
 from turnrl.envs.base import ToolEnv, ToolOutput
@@ -233,39 +232,20 @@ def test_default_sub_env_is_a_view_of_the_same_state(renderer):
     assert traj.graded.info["subagent"][0]["turns"] == 3  # the submit it tried was refused
 
 
-class Helper:
+class Helper(OpenAIStub):
     """An OpenAI-compatible stub that plays the ledger's helper with native tool calls."""
 
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.bodies.append(body)
-                read = [m for m in body["messages"] if m["role"] == "tool"]
-                if read:
-                    code = int(re.search(r"code=(\d+)", read[-1]["content"])[1])
-                    name, args = "answer", {"code": code}
-                else:
-                    name, args = "read_ledger", {}
-                call = {"id": f"c{len(body['messages'])}", "type": "function"}
-                call["function"] = {"name": name, "arguments": json.dumps(args)}
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-                data = json.dumps({"choices": [{"message": message}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def reply(self, body: dict) -> dict:
+        read = [m for m in body["messages"] if m["role"] == "tool"]
+        if read:
+            code = int(re.search(r"code=(\d+)", read[-1]["content"])[1])
+            name, args = "answer", {"code": code}
+        else:
+            name, args = "read_ledger", {}
+        call = {"id": f"c{len(body['messages'])}", "type": "function"}
+        call["function"] = {"name": name, "arguments": json.dumps(args)}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {"choices": [{"message": message}]}
 
 
 def test_endpoint_subagent_from_config_answers_on_loopback():
@@ -288,8 +268,7 @@ def test_endpoint_subagent_from_config_answers_on_loopback():
 
         eps = asyncio.run(go())
     finally:
-        helper.server.shutdown()
-        helper.server.server_close()
+        helper.close()
     assert [ep.result.success for ep in eps] == [True, True]
     assert [ep.observations[0] for ep in eps] == ["7", "12"]
     (call,) = eps[0].result.info["subagent"]

@@ -347,23 +347,20 @@ async def _summarize(
         model = await asyncio.to_thread(frozen_summarizer, cfg.summarizer)  # loads once
         summary = await model.summarize(renderer.decode(ep.context), cfg.summary_max_tokens, seed)
         messages.append({"role": "user", "content": f"{SUMMARY_HEADER}\n{summary}"})
-        prefix = renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas())
-        ep.start_segment([(prefix, False)])
-        return
-    budget = limits.max_context_tokens - len(ep.context)
-    gen = await batcher.generate(ep.context, min(limits.context.summary_max_tokens, budget), seed)
-    a_start = len(ep.ids)
-    ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
-    summary = renderer.action_text(gen.token_ids)
-    messages.append({"role": "assistant", "content": summary})
-    state = turns[-1].anchor if turns else None
-    turns.append(
-        Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
-             gen.policy_version, anchor=("summary", state))
-    )  # fmt: skip
-    ep.start_segment(
-        [(renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas()), False)]
-    )
+    else:
+        budget = limits.max_context_tokens - len(ep.context)
+        gen = await batcher.generate(ep.context, min(cfg.summary_max_tokens, budget), seed)
+        a_start = len(ep.ids)
+        ep.append(gen.token_ids, gen.logprobs, gen.policy_version)
+        summary = renderer.action_text(gen.token_ids)
+        messages.append({"role": "assistant", "content": summary})
+        state = turns[-1].anchor if turns else None
+        turns.append(
+            Turn(a_start, len(ep.ids), len(ep.ids), len(ep.ids), list(gen.logprobs),
+                 gen.policy_version, anchor=("summary", state))
+        )  # fmt: skip
+    prefix = renderer.prompt_ids(summary_context(messages, summary), env.tool_schemas())
+    ep.start_segment([(prefix, False)])
 
 
 def grade_metrics(result: RewardResult) -> dict[str, float]:

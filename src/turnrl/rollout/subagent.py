@@ -39,9 +39,13 @@ import torch
 from turnrl.chat import ChatRenderer
 from turnrl.envs.base import StepResult, ToolEnv, ToolOutput, tool_schema
 from turnrl.envs.scripted import ScriptedAgent, ScriptedEpisode, run_scripted
-from turnrl.policy.base import SamplingParams
 from turnrl.policy.hf import HFPolicy
-from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, run_episode
+from turnrl.rollout.agent_loop import (
+    EpisodeRequest,
+    RolloutLimits,
+    default_sampling,
+    run_episode,
+)
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
 
@@ -159,11 +163,7 @@ class ModelSubagent:
         seed: int = 0,
     ) -> None:
         self.policy, self.renderer, self.limits = policy, renderer, limits
-        params = SamplingParams(
-            temperature=temperature,
-            max_new_tokens=limits.max_new_tokens,
-            stop_token_ids=(renderer.turn_end_id,),
-        )
+        params = default_sampling(renderer, temperature)  # the batcher sets max_new_tokens
         self._state = _PerLoop(concurrency, lambda: GenerationBatcher(policy, params))
         self._rng = random.Random(seed)
 

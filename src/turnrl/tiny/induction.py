@@ -12,8 +12,8 @@ it while the model learns the demonstrations.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -117,15 +117,11 @@ def induction_warmup(
             progress.update(
                 step, f"loss {loss.item():.3f}  copy accuracy {mean:.3f} (stops at {target})"
             )
-            if checkpoint is not None and (stopping() or clock.due()):
-                started = time.monotonic()
-                save(done=False)
-                clock.saved(started)
-            if stopping():
-                e = KeyboardInterrupt()
-                kept = "its checkpoint is saved" if checkpoint else "no checkpoint is kept"
-                e.add_note(f"the induction warm-up stopped after step {step}; {kept}")
-                raise e
+            clock.after_step(
+                stopping,
+                partial(save, done=False) if checkpoint is not None else None,
+                f"the induction warm-up stopped after step {step}",
+            )
     if checkpoint is not None:
         save(done=True)
     return mean, step

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -72,9 +73,21 @@ class SaveClock:
     def due(self) -> bool:
         return time.monotonic() - self.last >= max(CHECKPOINT_EVERY_S, 10 * self.cost)
 
-    def saved(self, started: float) -> None:
-        self.last = time.monotonic()
-        self.cost = self.last - started
+    def after_step(
+        self, stopping: Callable[[], bool], save: Callable[[], None] | None, where: str
+    ) -> None:
+        """Save when due or when a Ctrl-C asked to stop (``save`` None: nothing to save), then
+        on a stop raise KeyboardInterrupt noting ``where`` the phase stopped."""
+        if save is not None and (stopping() or self.due()):
+            started = time.monotonic()
+            save()
+            self.last = time.monotonic()
+            self.cost = self.last - started
+        if stopping():
+            e = KeyboardInterrupt()
+            kept = "its checkpoint is saved" if save is not None else "no checkpoint is kept"
+            e.add_note(f"{where}; {kept}")
+            raise e
 
 
 @contextmanager
@@ -310,15 +323,11 @@ def sft_train(
                 sched.step()
                 losses.append(demo_loss)
                 progress.update(len(losses), f"(epoch {epoch + 1}/{epochs})  loss {demo_loss:.3f}")
-                if checkpoint is not None and (stopping() or clock.due()):
-                    started = time.monotonic()
-                    save(epoch, b + 1, done=False)
-                    clock.saved(started)
-                if stopping():
-                    e = KeyboardInterrupt()
-                    kept = "its checkpoint is saved" if checkpoint else "no checkpoint is kept"
-                    e.add_note(f"SFT stopped after step {len(losses)} of {total}; {kept}")
-                    raise e
+                clock.after_step(
+                    stopping,
+                    partial(save, epoch, b + 1, done=False) if checkpoint is not None else None,
+                    f"SFT stopped after step {len(losses)} of {total}",
+                )
             order, first_batch = None, 0
     if checkpoint is not None:
         save(epochs, 0, done=True)
