@@ -3,16 +3,20 @@
 Each run is ``turnrl train --quiet recipe=NAME seed=S`` in a fresh process with
 ``TURNRL_CACHE`` set to a new empty folder, so it pays the whole warm start as on a fresh
 clone. Before and after are the run's own held-out evals (step 0 and the last step, read from
-its metrics.jsonl); wall time is the whole command. Over seeds it prints the mean and the
+its metrics.jsonl); wall time is the whole command, CPU time the run's processes' user + system
+seconds (unchanged when runs share the cores). Over seeds it prints the mean and the
 sample standard deviation (never the best run), with each seed's figures, the versions and the
 machine. Runs go one after another: each uses the cores the recipe's ``threads`` asks for.
+To share 2 cores between two lists, start two copies with ``--set threads=1``; wall times then
+include the contention, CPU times do not.
 
     .venv/bin/python benchmarks/recipes.py                         # every recipe, seeds 0 1 2
     .venv/bin/python benchmarks/recipes.py --recipes code-tiny,web-tiny --seeds 5
     .venv/bin/python benchmarks/recipes.py --recipes guess-tiny --seeds 1 --quick   # smoke
     .venv/bin/python benchmarks/recipes.py --out results.json --markdown
 
-A full recipe takes 10-15 minutes of 2 cores per seed: all eight over 3 seeds is about 5 hours.
+A recipe takes up to 20 minutes of one core per seed (guess-tiny and locker-tiny about one): all
+eight over 3 seeds are about 4 hours of one core, 2 hours as two lists side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,10 +66,10 @@ def run_recipe(recipe: str, seed: int, overrides: list[str], workdir: Path) -> d
     ]
     env = {**os.environ, "TURNRL_CACHE": str(cache)}
     log = workdir / f"{name}.log"
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds()
     with log.open("w") as out:
         proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
     if proc.returncode != 0:
         tail = log.read_text().splitlines()[-15:]
         raise RuntimeError(f"{name} exited {proc.returncode}; log {log}:\n" + "\n".join(tail))
@@ -80,7 +85,14 @@ def run_recipe(recipe: str, seed: int, overrides: list[str], workdir: Path) -> d
         "eval_episodes": int(evals[-1]["eval/episodes"]),
         "steps": evals[-1]["step"],
         "wall_s": wall,
+        "cpu_s": cpu,
     }
+
+
+def cpu_seconds() -> float:
+    """User + system seconds of every finished child process (and theirs) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def spread(values: list[float]) -> tuple[float, float]:
@@ -100,6 +112,7 @@ def summary(recipe: str, runs: list[dict]) -> dict:
         "gain": spread(gains),
         "gain_holds": all(g > 0 for g in gains),  # every seed gains, not only on average
         "wall_s": spread([r["wall_s"] for r in runs]),
+        "cpu_s": spread([r["cpu_s"] for r in runs]),
     }
 
 
@@ -157,7 +170,8 @@ def main() -> None:
             runs.append(r)
             print(
                 f"{recipe:22s} seed {seed}: {100 * r['before']:5.1f} -> {100 * r['after']:5.1f} % "
-                f"on {r['eval_episodes']} held-out episodes in {r['wall_s'] / 60:.1f} min",
+                f"on {r['eval_episodes']} held-out episodes in {r['wall_s'] / 60:.1f} min "
+                f"(CPU {r['cpu_s'] / 60:.1f} min)",
                 flush=True,
             )
         results += runs
@@ -167,19 +181,21 @@ def main() -> None:
             f"{recipe:22s} mean ± sd over {len(runs)} seeds: {fmt(s['before'])} -> "
             f"{fmt(s['after'])} % (gain {fmt(s['gain'])}"
             f"{'' if s['gain_holds'] else ', NOT on every seed'}), "
-            f"wall {fmt(s['wall_s'], pct=False)} min",
+            f"wall {fmt(s['wall_s'], pct=False)} min, CPU {fmt(s['cpu_s'], pct=False)} min",
             flush=True,
         )
     if args.markdown:
         print(
-            "\n| recipe | held-out episodes | before (%) | after (%) | gain (points) | wall (min) |"
+            "\n| recipe | held-out episodes | before (%) | after (%) | gain (points) | wall (min) "
+            "| CPU (min) |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for s in summaries:
             holds = "" if s["gain_holds"] else " (not on every seed)"
             print(
                 f"| {s['recipe']} | {s['eval_episodes']} | {fmt(s['before'])} | "
-                f"{fmt(s['after'])} | {fmt(s['gain'])}{holds} | {fmt(s['wall_s'], pct=False)} |"
+                f"{fmt(s['after'])} | {fmt(s['gain'])}{holds} | {fmt(s['wall_s'], pct=False)} | "
+                f"{fmt(s['cpu_s'], pct=False)} |"
             )
     if args.out:
         args.out.write_text(
