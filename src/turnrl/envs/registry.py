@@ -61,6 +61,11 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.guess:GuessFamily",
         "find a hidden number by bisection; the smallest multi-turn task (tests, demos)",
     ),
+    # other libraries' envs (turnrl.envs.adapters), each needing its extra
+    "textarena": (
+        "turnrl.envs.adapters.textarena:TextArenaFamily",
+        "a TextArena game by id (env.options.id=Wordle-v0); extra: textarena",
+    ),
 }
 
 
