@@ -126,3 +126,29 @@ def check_token_exact(traj: Trajectory, renderer: ChatRenderer, tools, generatio
     if traj.termination is TerminationReason.DONE:
         rendered = renderer.render(traj.messages, tools, add_generation_prompt=False)
         assert rendered.startswith(renderer.decode(traj.token_ids))
+
+
+def train_one_step(tmp_path, env_args: list[str]) -> list[dict]:
+    """``turnrl train`` for one step on a random-weight Llama (a small local vocabulary with
+    Llama 3's template), SFT off; returns the metrics rows."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tests.chat_families import llama3
+    from turnrl.cli import app
+
+    tok = llama3()
+    model_dir = tmp_path / "model"
+    random_model(tok, "llama3").save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    args = [
+        "train", "--quiet", *env_args, f"model.name={model_dir}", "steps=1",
+        "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_turns=3",
+        "rollout.max_new_tokens=16", "rollout.max_context_tokens=1024", "env.eval_tasks=2",
+        "threads=1", f"runs_dir={tmp_path / 'runs'}", "name=adapter",
+    ]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    rows = (tmp_path / "runs/adapter/metrics.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in rows]

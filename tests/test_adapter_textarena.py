@@ -5,7 +5,6 @@ faults of a game kept inside the episode, ``turnrl doctor`` and one ``turnrl tra
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
@@ -13,8 +12,12 @@ from typer.testing import CliRunner
 
 ta = pytest.importorskip("textarena", reason="the textarena extra")
 
-from tests.adapters_support import check_token_exact, play_forced, smollm2_policy  # noqa: E402
-from tests.chat_families import llama3, random_model  # noqa: E402
+from tests.adapters_support import (  # noqa: E402
+    check_token_exact,
+    play_forced,
+    smollm2_policy,
+    train_one_step,
+)
 from turnrl.cli import app  # noqa: E402
 from turnrl.envs.adapters.textarena import TextArenaFamily, load_game  # noqa: E402
 from turnrl.envs.registry import make_family  # noqa: E402
@@ -223,21 +226,9 @@ def test_doctor_passes(game_id):
 
 
 def test_one_training_step_through_turnrl_train(tmp_path):
-    tok = llama3()
-    model_dir = tmp_path / "model"
-    random_model(tok, "llama3").save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    args = [
-        "train", "--quiet", "env.name=textarena", "env.options.id=GuessTheNumber-v0",
-        f"model.name={model_dir}", "steps=1", "rollout.tasks_per_step=2",
-        "rollout.group_size=2", "rollout.max_turns=3", "rollout.max_new_tokens=16",
-        "rollout.max_context_tokens=1024", "env.eval_tasks=2", "threads=1",
-        f"runs_dir={tmp_path / 'runs'}", "name=ta",
-    ]  # fmt: skip
-    out = runner.invoke(app, args)
-    assert out.exit_code == 0, out.output
-    rows = [json.loads(x) for x in (tmp_path / "runs/ta/metrics.jsonl").read_text().splitlines()]
+    rows = train_one_step(tmp_path, ["env.name=textarena", "env.options.id=GuessTheNumber-v0"])
     assert [r["step"] for r in rows if "loss" in r] == [1]
+    assert any("eval/success" in r for r in rows)
 
 
 def test_scripted_episode_replays_exactly():

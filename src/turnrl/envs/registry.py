@@ -66,6 +66,10 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.adapters.textarena:TextArenaFamily",
         "a TextArena game by id (env.options.id=Wordle-v0); extra: textarena",
     ),
+    "reasoning_gym": (
+        "turnrl.envs.adapters.reasoning_gym:ReasoningGymFamily",
+        "a reasoning-gym dataset (env.options.dataset=chain_sum); extra: reasoning-gym",
+    ),
 }
 
 
