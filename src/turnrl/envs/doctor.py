@@ -218,8 +218,9 @@ async def check_env(
         schemas = probe.tool_schemas()
         problems = [p for s in schemas for p in schema_problems(s)]
         names = ", ".join(s.get("function", {}).get("name", "?") for s in schemas)
-        if not schemas:
+        if not schemas and not probe.final_answer:  # a plain-text env needs no tool
             problems.append("the env has no tools")
+        names = names or "none (plain-text replies: final_answer)"
         checks.append(
             Check("tool schemas", not problems, "; ".join(problems) or f"{len(schemas)}: {names}")
         )

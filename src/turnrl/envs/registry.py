@@ -70,6 +70,10 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.adapters.reasoning_gym:ReasoningGymFamily",
         "a reasoning-gym dataset (env.options.dataset=chain_sum); extra: reasoning-gym",
     ),
+    "verifiers": (
+        "turnrl.envs.adapters.verifiers:VerifiersFamily",
+        "a verifiers environment module (env.options.env_id=my_env); extra: verifiers",
+    ),
 }
 
 

@@ -6,7 +6,7 @@ chat template (loss_mask 0). Nothing is ever decoded and re-encoded, so the trai
 very tokens that were sampled.
 
 Episode endings (see ``TerminationReason``): the env says the task is done (DONE); the turn cap
-(MAX_TURNS); the token budget (CONTEXT_LIMIT: the next generation or observation would not
+or the env's own step limit (MAX_TURNS: a step result with ``truncated``); the token budget (CONTEXT_LIMIT: the next generation or observation would not
 fit, and it is not appended); the wall clock (TIMEOUT); an env exception (ENV_ERROR, message
 kept); too many malformed tool calls (PARSE_ERRORS). Errors never escape an episode.
 
@@ -207,7 +207,7 @@ async def run_episode(
                         break
                     ep.append([renderer.turn_end_id])
 
-                observations, terminated, calls = [], False, []
+                observations, terminated, truncated, calls = [], False, False, []
                 try:
                     calls = renderer.parser.parse(action)
                 except ParseError as e:
@@ -215,7 +215,7 @@ async def run_episode(
                         step = await asyncio.wait_for(env.answer(action), remaining())
                         turn.reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
-                        terminated = step.terminated
+                        terminated, truncated = step.terminated, step.truncated
                         observations.append(step.observation)  # shown if the env goes on
                     else:
                         parse_errors += 1
@@ -239,9 +239,13 @@ async def run_episode(
                             terminated = True
                             break
                         if step.truncated:
+                            truncated = True
                             break
                 if terminated:
                     termination = TerminationReason.DONE
+                    break
+                if truncated:  # the env's own step limit: a truncation, as the turn cap is
+                    termination = TerminationReason.MAX_TURNS
                     break
                 if parse_errors >= limits.max_parse_errors:
                     termination = TerminationReason.PARSE_ERRORS
