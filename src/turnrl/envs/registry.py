@@ -74,6 +74,11 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.adapters.verifiers:VerifiersFamily",
         "a verifiers environment module (env.options.env_id=my_env); extra: verifiers",
     ),
+    "openenv": (
+        "turnrl.envs.adapters.openenv:OpenEnvFamily",
+        "an OpenEnv server, started here (env.options.server=pkg.app:app) or at base_url; "
+        "extra: openenv",
+    ),
 }
 
 

@@ -1,0 +1,383 @@
+"""OpenEnv environment servers as a turnrl env family: ``env.name=openenv
+env.options.server=my_env.server.app:app`` (started here) or ``env.options.base_url=URL``.
+
+An OpenEnv environment is an HTTP server (``POST /reset``, ``POST /step`` with
+``{"action": {...}}``, each answered ``{"observation": {...}, "reward": r, "done": d}``;
+``GET /health``). One server runs one episode at a time, so the family keeps a pool:
+
+- ``server``: a FastAPI app built with OpenEnv's ``create_app``/``create_fastapi_app``, by
+  import path; ``servers`` processes of it are started on 127.0.0.1 (``uvicorn``, a free port
+  each) when the first episode needs one, restarted when one has died, and stopped when the
+  family closes (the end of the run);
+- ``base_url``: servers already running (one URL or a list); the family never starts or stops
+  them.
+
+The mapping: the action becomes one tool, ``step``, whose arguments are the action's fields
+(typed from the ``action`` dataclass when given, else a free JSON object); the observation's
+fields are the observation text (a lone text field as it is, else one ``name: value`` line per
+field); the server's ``done`` is a termination; the episode's reward is the sum of the
+server's step rewards (its return), success a return of at least ``success_threshold``. The
+task's seed is sent with each reset (``{"seed": s}``); a server that ignores it starts every
+task alike. Faults stay in the episode: a server that dies or refuses the connection, or
+answers with something that is not the protocol, ends the episode with ENV_ERROR; one that
+does not answer within ``step_timeout_s`` with TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from typing import Any
+
+from turnrl.envs.adapters import require
+from turnrl.envs.base import StepResult, ToolEnv, hash_split
+from turnrl.envs.scripted import IdleAgent
+from turnrl.types import RewardResult, Task, ToolCall
+
+INSTRUCTIONS = (
+    "You are acting in an environment. Call the step tool with your action each turn; "
+    "the environment answers with what it observes next."
+)
+START_TIMEOUT_S = 60.0
+
+
+class ProtocolError(ValueError):
+    """The server answered with something that is not OpenEnv's step/reset payload."""
+
+
+class ActionRejected(ValueError):
+    """The server refused an action as invalid (HTTP 422)."""
+
+
+def parse_result(payload: Any) -> tuple[dict[str, Any], float, bool]:
+    """``(observation, reward, done)`` of a /reset or /step answer; ProtocolError otherwise."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("observation"), dict):
+        raise ProtocolError(f"no observation object in the server's answer: {payload!r:.120}")
+    reward, done = payload.get("reward"), payload.get("done", False)
+    if reward is None:
+        reward = 0.0
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise ProtocolError(f"reward {reward!r} is not a finite number")
+    if not isinstance(done, bool):
+        raise ProtocolError(f"done {done!r} is not a boolean")
+    return payload["observation"], float(reward), done
+
+
+def observation_text(observation: dict[str, Any]) -> str:
+    """A lone text field as it is; else one ``name: value`` line per field (values as JSON
+    unless text)."""
+    if len(observation) == 1 and isinstance(next(iter(observation.values())), str):
+        return next(iter(observation.values()))
+    return "\n".join(
+        f"{k}: {v if isinstance(v, str) else json.dumps(v, sort_keys=True)}"
+        for k, v in observation.items()
+    )
+
+
+def action_model(action_cls: Any) -> Any:
+    """A pydantic model of an OpenEnv action dataclass's fields (``metadata`` left out): its
+    JSON schema is the tool's parameters, and it checks a call's arguments before they are
+    sent (a wrong type is an observation the model reads, not a server error)."""
+    import typing
+
+    import pydantic
+
+    if not (isinstance(action_cls, type) and is_dataclass(action_cls)):
+        raise ValueError(f"env.options.action: {action_cls!r} is not an action dataclass")
+    hints = typing.get_type_hints(action_cls)
+    spec: dict[str, Any] = {}
+    for f in fields(action_cls):
+        if f.name == "metadata":
+            continue
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:
+            default = ...
+        spec[f.name] = (hints.get(f.name, Any), default)
+    config = pydantic.ConfigDict(extra="forbid")
+    return pydantic.create_model(f"{action_cls.__name__}_args", __config__=config, **spec)
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen | None = None  # None: not started here
+
+
+class ServerPool:
+    """Servers handed out one per episode; started on first use when the family starts them."""
+
+    def __init__(self, app: str | None, urls: list[str], size: int) -> None:
+        self.app, self.size = app, size
+        self.servers = [Server(u.rstrip("/")) for u in urls]
+        self.free: asyncio.Queue | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def acquire(self) -> Server:
+        """A free server (waiting for one is bounded by the episode's own timeout)."""
+        loop = asyncio.get_running_loop()
+        if self.free is None or self.loop is not loop:  # a new event loop (each rollout batch)
+            self.loop, self.free = loop, asyncio.Queue()
+            if self.app is not None and not self.servers:
+                starts = [asyncio.to_thread(self._start) for _ in range(self.size)]
+                started = await asyncio.gather(*starts, return_exceptions=True)
+                self.servers = [s for s in started if isinstance(s, Server)]
+                failed = [e for e in started if isinstance(e, BaseException)]
+                if failed:  # the others are stopped by close(); this episode fails
+                    raise failed[0]
+            for server in self.servers:
+                self.free.put_nowait(server)
+        server = await self.free.get()
+        if server.process is not None and server.process.poll() is not None:  # it died
+            await asyncio.to_thread(self._restart, server)
+        return server
+
+    def release(self, server: Server) -> None:
+        if self.free is not None:
+            self.free.put_nowait(server)
+
+    def _start(self) -> Server:
+        port = _free_port()
+        server = Server(f"http://127.0.0.1:{port}")
+        try:
+            self._launch(server, port)
+        except BaseException:
+            if server.process is not None:
+                server.process.kill()
+                server.process.wait()
+            raise
+        return server
+
+    def _restart(self, server: Server) -> None:
+        self._launch(server, int(server.url.rsplit(":", 1)[1]))
+
+    def _launch(self, server: Server, port: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+        cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "warning"]  # fmt: skip
+        server.process = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        import httpx
+
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                err = (server.process.stderr.read() or "").strip().splitlines()
+                raise RuntimeError(
+                    f"the OpenEnv server {self.app} exited: {err[-1] if err else ''}"
+                )
+            try:
+                if httpx.get(f"{server.url}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the OpenEnv server {self.app} did not answer /health in time")
+
+    def close(self) -> None:
+        for server in self.servers:
+            if server.process is not None and server.process.poll() is None:
+                server.process.terminate()
+                try:
+                    server.process.wait(10)
+                except subprocess.TimeoutExpired:
+                    server.process.kill()
+                    server.process.wait()
+        if self.app is not None:
+            self.servers = []
+        self.free = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OpenEnvEnv(ToolEnv):
+    """One episode on one server of the pool."""
+
+    name = "openenv"
+
+    def __init__(self, family: OpenEnvFamily) -> None:
+        self.family = family
+        self.tool_timeout_s = family.step_timeout_s
+        self.server: Server | None = None
+        self.client: Any = None
+        self.rewards: list[float] = []
+        self.done = False
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [self.family.schema]
+
+    async def reset(self, task: Task) -> str:
+        httpx = require("httpx", "openenv")
+        self.instructions = INSTRUCTIONS
+        self.rewards, self.done = [], False
+        self.server = await self.family.pool.acquire()
+        self.client = httpx.AsyncClient(base_url=self.server.url, timeout=self.tool_timeout_s)
+        observation, _, _ = await self._post("/reset", {"seed": int(task.payload["seed"])})
+        return observation_text(observation)
+
+    async def step(self, call: ToolCall) -> StepResult:
+        if call.name != "step":
+            text = f"Error: unknown tool '{call.name}'. Available tools: step."
+            return StepResult(text, info={"error": "unknown_tool", "anchor": text})
+        model = self.family.action_model
+        arguments = call.arguments if model is not None else call.arguments.get("action")
+        problem = None if isinstance(arguments, dict) else "the action must be a JSON object"
+        if model is not None and problem is None:
+            import pydantic
+
+            try:
+                model.model_validate(arguments)
+            except pydantic.ValidationError as e:
+                problem = "; ".join(
+                    f"{'.'.join(str(x) for x in err['loc']) or 'action'}: {err['msg']}"
+                    for err in e.errors()
+                )
+        if problem is None:
+            try:
+                observation, reward, done = await self._post("/step", {"action": arguments})
+            except ActionRejected as e:  # a free-form action the server's schema refuses
+                problem = str(e)
+        if problem is not None:
+            text = f"Error: bad action for 'step': {problem}"
+            return StepResult(text, info={"error": "bad_arguments", "anchor": text})
+        self.rewards.append(reward)
+        self.done = done
+        text = observation_text(observation)
+        return StepResult(text, terminated=done, info={"anchor": text, "server_reward": reward})
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], float, bool]:
+        import httpx
+
+        try:
+            response = await self.client.post(path, json=body)
+        except httpx.TimeoutException:
+            raise TimeoutError(f"the OpenEnv server did not answer {path} in time") from None
+        except httpx.HTTPError as e:
+            raise ConnectionError(f"the OpenEnv server failed on {path}: {e!r}") from None
+        if response.status_code == 422 and path == "/step":  # the action does not fit
+            raise ActionRejected(f"the server rejected it: {response.text[:200]}")
+        if response.status_code != 200:
+            raise ProtocolError(
+                f"{path} answered HTTP {response.status_code}: {response.text[:200]}"
+            )
+        try:
+            payload = response.json()
+        except ValueError:
+            raise ProtocolError(f"{path} answered with no JSON: {response.text[:120]!r}") from None
+        return parse_result(payload)
+
+    async def grade(self) -> RewardResult:
+        ret = sum(self.rewards)
+        return RewardResult(
+            reward=ret,
+            success=self.done and ret >= self.family.success_threshold,
+            components={"return": ret, "steps": float(len(self.rewards)), "done": float(self.done)},
+        )
+
+    async def close(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+        if self.server is not None:
+            self.family.pool.release(self.server)
+            self.server = None
+
+
+class OpenEnvFamily:
+    """Tasks are reset seeds (split by a stable hash); see the module docstring for options."""
+
+    name = "openenv"
+
+    def __init__(
+        self,
+        server: str | None = None,
+        base_url: str | list[str] | None = None,
+        action: str | None = None,
+        servers: int = 2,
+        success_threshold: float = 1.0,
+        step_timeout_s: float = 30.0,
+    ) -> None:
+        require("httpx", "openenv")
+        if (server is None) == (base_url is None):
+            raise ValueError(
+                "env.options: give exactly one of server (an app to start) or base_url"
+            )
+        if servers < 1:
+            raise ValueError(f"env.options.servers: must be >= 1, got {servers}")
+        if step_timeout_s <= 0:
+            raise ValueError(f"env.options.step_timeout_s: must be > 0, got {step_timeout_s}")
+        if server is not None:
+            require("openenv_core", "openenv")
+            require("uvicorn", "openenv")
+            module, sep, attr = server.partition(":")
+            if not sep or not attr:
+                raise ValueError(f"env.options.server: {server!r} is not pkg.module:app")
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            try:
+                found = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                found = None
+            if found is None:
+                raise ValueError(f"env.options.server: no module {module!r} to serve")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+        self.pool = ServerPool(server, urls, servers)
+        self.action_model: Any = None
+        if action is None:
+            params = {
+                "type": "object",
+                "properties": {"action": {"type": "object", "description": "the action's fields"}},
+                "required": ["action"],
+            }
+        else:
+            from turnrl.envs.registry import load_target
+
+            self.action_model = action_model(load_target(action))
+            params = self.action_model.model_json_schema()
+            params.pop("title", None)
+            for prop in params.get("properties", {}).values():
+                prop.pop("title", None)
+        self.schema = {
+            "type": "function",
+            "function": {
+                "name": "step",
+                "description": "Act in the environment: the action's fields as arguments.",
+                "parameters": params,
+            },
+        }
+        self.success_threshold, self.step_timeout_s = success_threshold, step_timeout_s
+
+    def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
+        n = n or 64
+        out, k = [], 0
+        while len(out) < n:
+            s = seed * 1_000_003 + k
+            if hash_split(f"openenv/{s}") == split:
+                out.append(Task(f"openenv-{s}", self.name, {"seed": s}, split))
+            k += 1
+        return out
+
+    def make_env(self) -> OpenEnvEnv:
+        return OpenEnvEnv(self)
+
+    def baseline(self, task: Task) -> IdleAgent:
+        return IdleAgent()
+
+    def close(self) -> None:
+        self.pool.close()
