@@ -220,3 +220,30 @@ def test_one_training_step_through_turnrl_train(tmp_path, monkeypatch):
     options = "env.options={server: 'openenv_counter:app', action: 'openenv_counter:CounterAction'}"
     rows = train_one_step(tmp_path, ["env.name=openenv", options])
     assert [r["step"] for r in rows if "loss" in r] == [1]
+
+
+def test_started_servers_stop_when_the_trainer_is_killed():
+    """The servers outlive event loops (each rollout batch has its own) but not their process."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, os, time\n"
+        "from turnrl.envs.adapters.openenv import OpenEnvFamily\n"
+        "f = OpenEnvFamily(server='openenv_counter:app', servers=1)\n"
+        "asyncio.run(f.pool.acquire()); time.sleep(1); asyncio.run(f.pool.acquire())\n"
+        "print(f.pool.servers[0].process.pid, f.pool.servers[0].process.poll(), flush=True)\n"
+        "os._exit(0)\n"  # no close(): as a SIGKILL would leave it
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT / "examples", capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    pid, status = done.stdout.split()
+    assert status == "None"  # alive across the two event loops
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+    assert (
+        not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
@@ -123,6 +124,7 @@ class ServerPool:
         self.servers = [Server(u.rstrip("/")) for u in urls]
         self.free: asyncio.Queue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.starter: ThreadPoolExecutor | None = None
 
     async def acquire(self) -> Server:
         """A free server (waiting for one is bounded by the episode's own timeout)."""
@@ -130,7 +132,9 @@ class ServerPool:
         if self.free is None or self.loop is not loop:  # a new event loop (each rollout batch)
             self.loop, self.free = loop, asyncio.Queue()
             if self.app is not None and not self.servers:
-                starts = [asyncio.to_thread(self._start) for _ in range(self.size)]
+                starts = [
+                    loop.run_in_executor(self._starter(), self._start) for _ in range(self.size)
+                ]
                 started = await asyncio.gather(*starts, return_exceptions=True)
                 self.servers = [s for s in started if isinstance(s, Server)]
                 failed = [e for e in started if isinstance(e, BaseException)]
@@ -140,8 +144,15 @@ class ServerPool:
                 self.free.put_nowait(server)
         server = await self.free.get()
         if server.process is not None and server.process.poll() is not None:  # it died
-            await asyncio.to_thread(self._restart, server)
+            await loop.run_in_executor(self._starter(), self._restart, server)
         return server
+
+    def _starter(self) -> ThreadPoolExecutor:
+        """The threads that start servers: they live as long as the pool, since a server is
+        signalled to stop when the thread that started it ends (``_die_with_parent``)."""
+        if self.starter is None:
+            self.starter = ThreadPoolExecutor(self.size, thread_name_prefix="openenv-start")
+        return self.starter
 
     def release(self, server: Server) -> None:
         if self.free is not None:
@@ -167,8 +178,9 @@ class ServerPool:
         cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]  # fmt: skip
         server.process = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         import httpx
 
@@ -198,6 +210,19 @@ class ServerPool:
         if self.app is not None:
             self.servers = []
         self.free = None
+        if self.starter is not None:
+            self.starter.shutdown(wait=False)
+            self.starter = None
+
+
+def _die_with_parent() -> None:
+    """In the server process before it starts: SIGTERM when the thread that started it ends
+    (with its process: a trainer killed with SIGKILL leaves no server behind)."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
