@@ -151,6 +151,17 @@ def test_bad_options_fail_in_one_line_before_anything_is_written(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_sft_on_a_game_without_an_expert_fails_before_anything_is_written(tmp_path):
+    cfg = load_config(
+        None,
+        [f"runs_dir={tmp_path}", "env.name=textarena", "env.options.id=TicTacToe-v0",
+         "sft.enabled=true"],
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="sft.enabled: env textarena has no scripted expert"):
+        preflight(cfg)
+    assert not any(tmp_path.iterdir())
+
+
 def test_missing_package_names_the_extra(monkeypatch, tmp_path):
     import sys
 

@@ -90,6 +90,14 @@ def env_tasks(cfg: TrainConfig) -> tuple[Family, list[Task], list[Task]]:
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         raise ConfigError(text if text.startswith("env") else f"env.options: {text}") from None
+    if cfg.sft.enabled and cfg.sft.episodes > 0 and not callable(getattr(family, "expert", None)):
+        # a family built from options (a TextArena game without a scripted expert) says so
+        # only once built: still before anything is written
+        family.close()
+        raise ConfigError(
+            f"sft.enabled: env {cfg.env.name} has no scripted expert to imitate with these "
+            "env.options; set sft.enabled=false"
+        )
     return family, train, held_out
 
 
