@@ -18,7 +18,7 @@ vf = pytest.importorskip("verifiers", reason="the verifiers extra")
 from tests.adapters_support import check_token_exact, play_forced, train_one_step  # noqa: E402
 from turnrl.cli import app  # noqa: E402
 from turnrl.envs.registry import make_family  # noqa: E402
-from turnrl.rewards.rubric import Episode  # noqa: E402
+from turnrl.rewards.rubric import Episode, build_rubric  # noqa: E402
 from turnrl.train.config import ConfigError, load_config  # noqa: E402
 from turnrl.train.preflight import preflight  # noqa: E402
 from turnrl.types import TerminationReason, ToolCall  # noqa: E402
@@ -143,13 +143,13 @@ def test_rubric_becomes_turnrl_rubric_members_with_the_same_reward():
     trajs, _, _ = play_forced(
         family.make_env, [task], [Script([ToolCall("add", {"a": a, "b": b}), str(a + b)])]
     )
-    rubric = family.rubric()
-    names = [n for n in rubric.names]
-    assert names[:4] == ["correct_answer", "concise_answer", "used_the_tool", "reply_length"]
+    rubric = build_rubric(env_members=family.rubric_members())  # as the run builds it
+    assert rubric.names[:4] == ["correct_answer", "concise_answer", "used_the_tool", "reply_length"]
     assert [w for _, w in rubric.funcs][:4] == [1.0, 0.5, 0.0, 0.0]
     result = asyncio.run(rubric.score(Episode(trajs[0], graded=trajs[0].graded)))
     assert result.reward == trajs[0].reward == 1.5
     assert result.components["correct_answer"] == 1.0 and "reply_length" in result.components
+    assert "env_reward" not in result.components  # the functions replace the grade
 
 
 def test_plain_text_multi_turn_env_and_its_own_turn_limit():
@@ -240,3 +240,5 @@ def test_one_training_step_through_turnrl_train(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT / "examples")
     rows = train_one_step(tmp_path, ["env.name=verifiers", "env.options.env_id=vf_arith"])
     assert [r["step"] for r in rows if "loss" in r] == [1]
+    trained = next(r for r in rows if "loss" in r)
+    assert "rubric/correct_answer" in trained and "rubric/reply_length" in trained, sorted(trained)

@@ -346,14 +346,21 @@ def build_rubric(
     grade_weight: float = 1.0,
     screeners: bool = True,
     zero_flagged: bool = True,
+    env_members: Sequence[tuple[Any, float]] | None = None,
 ) -> Rubric:
     """The run's rubric: the env's grade (``grade_weight``), the rule-based episode screener
     (``screeners``; a flagged episode gets 0 when ``zero_flagged``), and ``functions``, reward
-    functions by import path with their weights (0 = metric only)."""
+    functions by import path with their weights (0 = metric only). ``env_members``: the env's
+    own reward functions with their weights (a verifiers rubric), in place of its grade, each
+    weight times ``grade_weight``."""
     from turnrl.rewards.screeners import RuleScreener
     from turnrl.rewards.sources import env_reward
 
-    members: list[tuple[Any, float]] = [(env_reward, grade_weight)]
+    members: list[tuple[Any, float]] = (
+        [(fn, w * grade_weight) for fn, w in env_members]
+        if env_members is not None
+        else [(env_reward, grade_weight)]
+    )
     if screeners:
         members.append((Screen(RuleScreener(), zero=zero_flagged), 0.0))
     members += [(load_function(path), w) for path, w in (functions or {}).items()]

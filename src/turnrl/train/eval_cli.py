@@ -92,7 +92,7 @@ def run_eval(
                 k=k,
                 seed=eval_seed(cfg),
                 batch_wait_s=cfg.rollout.batch_wait_s,
-                rubric=rubric_of(cfg),
+                rubric=rubric_of(cfg, family),
             )
         )
         out: dict = {

@@ -82,13 +82,16 @@ def subagent_family(cfg: TrainConfig, family: Family):
         raise ConfigError(str(e)) from None
 
 
-def rubric_of(cfg: TrainConfig) -> Rubric:
+def rubric_of(cfg: TrainConfig, family: Family | None = None) -> Rubric:
     """The run's reward pipeline (``reward.*``): the one place training and eval rewards are
-    decided."""
+    decided. A family with ``rubric_members()`` (a verifiers env's rubric) gives its own
+    weighted functions in place of its grade."""
     r = cfg.reward
+    members = family.rubric_members() if hasattr(family, "rubric_members") else None
     return build_rubric(
-        r.functions, grade_weight=r.grade_weight, screeners=r.screeners, zero_flagged=r.zero_flagged
-    )
+        r.functions, grade_weight=r.grade_weight, screeners=r.screeners,
+        zero_flagged=r.zero_flagged, env_members=members,
+    )  # fmt: skip
 
 
 def sample_requests(cfg: TrainConfig, tasks: list, step: int) -> list[EpisodeRequest]:
@@ -148,7 +151,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    rubric = rubric_of(cfg)
+    rubric = rubric_of(cfg, family)
     model, tokenizer = d.main_first(lambda: build_model(cfg, family, train_tasks, run_dir, log=log))
     model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)

@@ -23,8 +23,9 @@ its rubric, all as verifiers would run them. The mapping:
   termination);
 - the reward: the env's rubric scores the finished rollout (``score_rollout``); the grade's
   reward is its weighted sum and every function's score is a component (weight-0 functions,
-  the rubric's metrics, included), with the weights in ``info``; :meth:`VerifiersFamily.rubric`
-  gives the same functions as members of a turnrl :class:`~turnrl.rewards.rubric.Rubric`;
+  the rubric's metrics, included), with the weights in ``info``; the run's rubric takes the
+  same functions as its members (:meth:`VerifiersFamily.rubric_members`), each with its
+  verifiers weight, so each is logged as ``reward/<name>``;
 - tasks: the env's dataset rows; its ``eval_dataset`` rows are the held-out split when it has
   one, else rows are split by a stable hash of their prompt and answer.
 """
@@ -338,22 +339,35 @@ class VerifiersFamily:
     def make_env(self) -> VerifiersEnv:
         return VerifiersEnv(self)
 
-    def rubric(self):
-        """The env's rubric as a turnrl :class:`~turnrl.rewards.rubric.Rubric`: one member per
-        verifiers function (reading its score from the grade's components) with its weight."""
-        from turnrl.rewards.rubric import Rubric
-        from turnrl.rewards.sources import component
-
+    def rubric_members(self) -> list[tuple[VerifiersMember, float]]:
+        """The env's rubric as turnrl rubric members: one per verifiers function, reading its
+        score from the grade, with its verifiers weight (0: a metric). The run's rubric uses
+        them in place of the grade (:func:`turnrl.rewards.rubric.build_rubric`)."""
         r = self.vf_env.rubric
-        return Rubric(
-            list(zip((component(n) for n in r._get_reward_func_names()), r._get_reward_weights()))
-        )
+        names, weights = r._get_reward_func_names(), r._get_reward_weights()
+        return [(VerifiersMember(n), float(w)) for n, w in zip(names, weights)]
 
     def baseline(self, task: Task) -> IdleAgent:
         return IdleAgent()
 
     def close(self) -> None:
         return None
+
+
+class VerifiersMember:
+    """A turnrl reward function for one verifiers rubric function: its score in the episode's
+    grade. An episode whose rollout did not complete was not scored by verifiers: 0."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, episode: Any) -> float:
+        graded = episode.graded
+        if graded is None:
+            raise ValueError("the episode has no grade")
+        if graded.components.get("completed") == 0.0:
+            return 0.0
+        return float(graded.components[self.name])
 
 
 def _key(row: dict[str, Any]) -> str:
