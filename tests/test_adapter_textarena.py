@@ -162,6 +162,18 @@ def test_sft_on_a_game_without_an_expert_fails_before_anything_is_written(tmp_pa
     assert not any(tmp_path.iterdir())
 
 
+def test_a_game_that_needs_nltk_data_builds_or_names_the_download():
+    import nltk
+
+    try:
+        nltk.data.find("corpora/words")
+    except LookupError:
+        with pytest.raises(ValueError, match=r"Wordle-v0 needs .*nltk.downloader words"):
+            TextArenaFamily("Wordle-v0")
+    else:
+        assert TextArenaFamily("Wordle-v0").num_players == 1
+
+
 def test_missing_package_names_the_extra(monkeypatch, tmp_path):
     import sys
 

@@ -98,6 +98,17 @@ def load_game(game_id: str, kwargs: dict[str, Any]) -> Any:
         game = ta.make(game_id, **kwargs)
     except TypeError as e:
         raise ValueError(f"env.options.kwargs: {game_id}: {e}") from None
+    except LookupError as e:  # nltk's corpora (Wordle, Hangman) are not in the package
+        found = re.search(r"nltk\.download\('([\w.]+)'\)", str(e))
+        need = f"python -m nltk.downloader {found.group(1)}" if found else "its NLTK data"
+        raise ValueError(
+            f"env.options.id: {game_id} needs data not installed here: {need}"
+        ) from None
+    except Exception as e:
+        first = next((ln for ln in str(e).splitlines() if ln.strip()), "")
+        raise ValueError(
+            f"env.options.id: {game_id} fails to build: {type(e).__name__}: {first}"
+        ) from None
     while isinstance(game, ta.Wrapper):
         game = game.env
     return game
@@ -396,10 +407,14 @@ class TextArenaFamily:
 
 def _fewest_players(game: Any, game_id: str) -> int:
     """The smallest player count the game accepts (its state asserts the count it needs)."""
+    other: Exception | None = None
     for n in range(1, 9):
         try:
             _with_rng(random.Random(0), game.reset, num_players=n, seed=0)
             return n
-        except Exception:  # the count is wrong (an assert), or the game rejects it otherwise
+        except AssertionError:  # the states assert the count they need
             continue
-    raise ValueError(f"env.options.num_players: {game_id} accepts none of 1..8; set it")
+        except Exception as e:  # a game may reject a count otherwise, or fail for all
+            other = other or e
+    why = f" (it raised {type(other).__name__}: {other})" if other else ""
+    raise ValueError(f"env.options.num_players: {game_id} accepts none of 1..8{why}; set it")
