@@ -179,6 +179,7 @@ def test_bad_options_fail_in_one_line_before_anything_is_written(tmp_path, monke
         ("{server: 'openenv_counter:app', action: 'openenv_counter:CounterEnvironment'}",
          "env.options.action"),
         ("{server: 'openenv_counter:app', servers: 0}", "env.options.servers"),
+        ("{server: 'openenv_counter:no_such_app'}", "env.options.server: the OpenEnv server"),
     ]:  # fmt: skip
         cfg = load_config(None, [*base, f"env.options={options}"])
         with pytest.raises(ConfigError, match=field) as e:

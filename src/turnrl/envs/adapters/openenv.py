@@ -7,8 +7,9 @@ An OpenEnv environment is an HTTP server (``POST /reset``, ``POST /step`` with
 
 - ``server``: a FastAPI app built with OpenEnv's ``create_app``/``create_fastapi_app``, by
   import path; ``servers`` processes of it are started on 127.0.0.1 (``uvicorn``, a free port
-  each) when the first episode needs one, restarted when one has died, and stopped when the
-  family closes (the end of the run);
+  each) when the family is built (before anything is written: one that cannot start stops the
+  run), restarted when one has died, and stopped when the family closes (the end of the run,
+  or with the process that started them);
 - ``base_url``: servers already running (one URL or a list); the family never starts or stops
   them.
 
@@ -34,6 +35,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import MISSING, dataclass, fields, is_dataclass
@@ -117,85 +119,80 @@ class Server:
 
 
 class ServerPool:
-    """Servers handed out one per episode; started on first use when the family starts them."""
+    """Servers handed out one per episode. Started servers are started by :meth:`start` (at
+    the family's construction, so a server that cannot start stops the run before it starts)
+    and restarted when found dead."""
 
     def __init__(self, app: str | None, urls: list[str], size: int) -> None:
         self.app, self.size = app, size
         self.servers = [Server(u.rstrip("/")) for u in urls]
         self.free: asyncio.Queue | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.starter: ThreadPoolExecutor | None = None
+        # the threads that start servers live as long as the pool: a server is signalled to
+        # stop when the thread that started it ends (``_die_with_parent``)
+        self.starter = ThreadPoolExecutor(size, thread_name_prefix="openenv-start")
+        self.logs = tempfile.TemporaryDirectory(prefix="turnrl-openenv-")
+
+    def start(self) -> None:
+        """Start ``size`` servers of ``app`` at once; RuntimeError (the others stopped) if one
+        cannot start."""
+        ports = [_free_port() for _ in range(self.size)]
+        servers = [Server(f"http://127.0.0.1:{port}") for port in ports]
+        futures = [self.starter.submit(self._launch, s) for s in servers]
+        self.servers = servers
+        errors = [f.exception() for f in futures]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            self.close()
+            raise failed[0]
 
     async def acquire(self) -> Server:
         """A free server (waiting for one is bounded by the episode's own timeout)."""
         loop = asyncio.get_running_loop()
         if self.free is None or self.loop is not loop:  # a new event loop (each rollout batch)
             self.loop, self.free = loop, asyncio.Queue()
-            if self.app is not None and not self.servers:
-                starts = [
-                    loop.run_in_executor(self._starter(), self._start) for _ in range(self.size)
-                ]
-                started = await asyncio.gather(*starts, return_exceptions=True)
-                self.servers = [s for s in started if isinstance(s, Server)]
-                failed = [e for e in started if isinstance(e, BaseException)]
-                if failed:  # the others are stopped by close(); this episode fails
-                    raise failed[0]
             for server in self.servers:
                 self.free.put_nowait(server)
         server = await self.free.get()
         if server.process is not None and server.process.poll() is not None:  # it died
-            await loop.run_in_executor(self._starter(), self._restart, server)
+            try:
+                await loop.run_in_executor(self.starter, self._launch, server)
+            except BaseException:
+                self.release(server)  # the next episode tries again
+                raise
         return server
-
-    def _starter(self) -> ThreadPoolExecutor:
-        """The threads that start servers: they live as long as the pool, since a server is
-        signalled to stop when the thread that started it ends (``_die_with_parent``)."""
-        if self.starter is None:
-            self.starter = ThreadPoolExecutor(self.size, thread_name_prefix="openenv-start")
-        return self.starter
 
     def release(self, server: Server) -> None:
         if self.free is not None:
             self.free.put_nowait(server)
 
-    def _start(self) -> Server:
-        port = _free_port()
-        server = Server(f"http://127.0.0.1:{port}")
-        try:
-            self._launch(server, port)
-        except BaseException:
-            if server.process is not None:
-                server.process.kill()
-                server.process.wait()
-            raise
-        return server
-
-    def _restart(self, server: Server) -> None:
-        self._launch(server, int(server.url.rsplit(":", 1)[1]))
-
-    def _launch(self, server: Server, port: int) -> None:
+    def _launch(self, server: Server) -> None:
+        port = server.url.rsplit(":", 1)[1]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
         cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
-               "--port", str(port), "--log-level", "warning"]  # fmt: skip
-        server.process = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
+               "--port", port, "--log-level", "warning"]  # fmt: skip
+        log = os.path.join(self.logs.name, f"{port}.log")  # a file: a pipe nobody reads fills
+        with open(log, "ab") as err:
+            server.process = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         import httpx
 
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                err = (server.process.stderr.read() or "").strip().splitlines()
-                raise RuntimeError(
-                    f"the OpenEnv server {self.app} exited: {err[-1] if err else ''}"
-                )
+                lines = [ln for ln in open(log, errors="replace").read().splitlines() if ln.strip()]
+                last = lines[-1] if lines else f"exit status {server.process.returncode}"
+                raise RuntimeError(f"the OpenEnv server {self.app} exited: {last}")
             try:
                 if httpx.get(f"{server.url}/health", timeout=1.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
+        server.process.kill()
+        server.process.wait()
         raise RuntimeError(f"the OpenEnv server {self.app} did not answer /health in time")
 
     def close(self) -> None:
@@ -207,12 +204,9 @@ class ServerPool:
                 except subprocess.TimeoutExpired:
                     server.process.kill()
                     server.process.wait()
-        if self.app is not None:
-            self.servers = []
         self.free = None
-        if self.starter is not None:
-            self.starter.shutdown(wait=False)
-            self.starter = None
+        self.starter.shutdown(wait=False)
+        self.logs.cleanup()
 
 
 def _die_with_parent() -> None:
@@ -362,7 +356,7 @@ class OpenEnvFamily:
             if found is None:
                 raise ValueError(f"env.options.server: no module {module!r} to serve")
         urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-        self.pool = ServerPool(server, urls, servers)
+        self.pool = ServerPool(server, urls, servers if server is not None else len(urls))
         self.action_model: Any = None
         if action is None:
             params = {
@@ -387,6 +381,11 @@ class OpenEnvFamily:
             },
         }
         self.success_threshold, self.step_timeout_s = success_threshold, step_timeout_s
+        if server is not None:
+            try:
+                self.pool.start()
+            except RuntimeError as e:
+                raise ValueError(f"env.options.server: {e}") from None
 
     def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
         n = n or 64
