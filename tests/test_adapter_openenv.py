@@ -161,7 +161,7 @@ def test_a_hung_step_times_out_and_a_malformed_observation_is_an_env_error():
         trajs, _, _ = play_forced(
             family.make_env, family.tasks("train", 3), [Mode("hang"), Mode("malformed"), Mode("ok")]
         )
-        assert time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 < 25  # the hung step sleeps 60 s: it was not waited for
         hung, malformed, fine = trajs
         assert hung.termination is TerminationReason.TIMEOUT and hung.excluded
         assert malformed.termination is TerminationReason.ENV_ERROR and malformed.excluded

@@ -193,7 +193,7 @@ def test_a_hung_env_ends_its_episode_with_timeout():
     trajs, _, _ = play_forced(
         lambda: next(envs), family.tasks("train", 2), [Script(["hi"]), Script(["hi"] * 5)]
     )
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30  # the env hangs for an hour: it was not waited for
     assert trajs[0].termination is TerminationReason.TIMEOUT and trajs[0].excluded
     assert trajs[1].termination is TerminationReason.MAX_TURNS  # the other one went on
 
