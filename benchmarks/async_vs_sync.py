@@ -27,16 +27,16 @@ from pathlib import Path
 import torch
 
 from turnrl.chat import ChatRenderer, HermesToolCallParser
-from turnrl.distributed.latency import LatencyFamily
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
 from turnrl.rollout.async_rollout import AsyncRollouts
+from turnrl.rollout.latency import LatencyFamily
+from turnrl.run.build import build_model
+from turnrl.run.config import load_config
+from turnrl.run.evaluate import evaluate_policy
+from turnrl.run.recipe import _sampling, limits_of, rollout, sample_requests
 from turnrl.train.batch import collate
-from turnrl.train.config import load_config
-from turnrl.train.evaluate import evaluate_policy
-from turnrl.train.loop import _sampling, limits_of, rollout, sample_requests
-from turnrl.train.setup import build_model
 from turnrl.train.step import train_on_batch
 
 BANDIT = [

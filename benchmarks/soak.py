@@ -122,9 +122,9 @@ def faulty_family(options: dict, log_path: str, driver: int):
 
 
 def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
-    import turnrl.train.loop as loop
-    from turnrl.distributed.ray_workers import WorkerSpec
-    from turnrl.train.config import load_config
+    import turnrl.run.recipe as loop
+    from turnrl.rollout.ray_workers import WorkerSpec
+    from turnrl.run.config import load_config
 
     log_path = str(run_dir.parent / "faults.jsonl")
     driver = os.getpid()
@@ -164,7 +164,7 @@ def training_rows(mfile: Path) -> int:
 
 
 def audit(run_dir: Path, steps: int, launches: list[int], kills: int) -> tuple[dict, list[str]]:
-    from turnrl.train.config import load_config
+    from turnrl.run.config import load_config
     from turnrl.train.metrics import read_jsonl
 
     cfg = load_config(run_dir / "config.yaml")

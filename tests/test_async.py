@@ -312,8 +312,8 @@ def test_correction_weights_come_from_stored_behaviour_logprobs(setup):
 def test_async_equals_sync_at_zero_staleness(tok):
     """Same seeds, same requests, max_staleness 0: the same trajectories and the same weights
     after three real training steps (the lead's train_on_batch)."""
-    from turnrl.train.config import TrainConfig
-    from turnrl.train.loop import limits_of, rollout, sample_requests
+    from turnrl.run.config import TrainConfig
+    from turnrl.run.recipe import limits_of, rollout, sample_requests
     from turnrl.train.step import train_on_batch
 
     cfg = TrainConfig(seed=3, max_staleness=0)

@@ -13,8 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 from turnrl.cli import app
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 
 GUESS = [
     "env.name=guess",
@@ -80,14 +80,14 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
 
     # resume rebuilds the starting policy (the KL reference), the checkpoint goes on top
     from turnrl.envs.registry import make_family
-    from turnrl.train.setup import build_model
+    from turnrl.run.build import build_model
 
     family = make_family(cfg.env.name, cfg.env.options)
     start, _ = build_model(cfg, family, family.tasks("train", None), run_dir, log=lambda s: None)
     assert torch.equal(logits_of(start, ids), logits_of(warm, ids))
 
     # eval uses the saved policy even with the checkpoints gone
-    from turnrl.train.eval_cli import load_policy
+    from turnrl.run.eval_cli import load_policy
 
     (run_dir / "checkpoints" / "last.pt").unlink()
     loaded, _ = load_policy(cfg, run_dir)

@@ -19,8 +19,8 @@ import turnrl.policy.vllm as vllm_mod
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import load_tokenizer
 from turnrl.policy.vllm import save_adapter, save_base, vllm_lora_rank
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.recipe import train
 
 RUN = [
     "env.name=guess",
