@@ -122,6 +122,7 @@ def faulty_family(options: dict, log_path: str, driver: int):
 
 
 def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
+    import turnrl.run.build as build
     import turnrl.run.recipe as loop
     from turnrl.rollout.ray_workers import WorkerSpec
     from turnrl.run.config import load_config
@@ -135,17 +136,17 @@ def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
         )
 
     WorkerSpec.for_env = staticmethod(for_env)
-    plain = loop.sample_requests
+    plain = build.sample_requests
 
-    def sample_requests(cfg, tasks, step):
-        requests = plain(cfg, tasks, step)
+    def sample_requests(tasks, step, seed, tasks_per_step, group_size):
+        requests = plain(tasks, step, seed, tasks_per_step, group_size)
         for i, (req, kind) in enumerate(zip(requests, fault_plan(seed, step, len(requests)))):
             if kind is not None:
                 payload = {**req.task.payload, "fault": (kind, f"{step + 1}-{i}")}
                 req.task = dataclasses.replace(req.task, payload=payload)
         return requests
 
-    loop.sample_requests = sample_requests
+    build.sample_requests = sample_requests
     args = [*STEPS_ARGS, f"steps={steps}", f"runs_dir={run_dir.parent}"]
     if resume:
         cfg = load_config(run_dir / "config.yaml")

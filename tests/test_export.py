@@ -87,7 +87,7 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     assert torch.equal(logits_of(start, ids), logits_of(warm, ids))
 
     # eval uses the saved policy even with the checkpoints gone
-    from turnrl.run.eval_cli import load_policy
+    from turnrl.run.evaluate import load_policy
 
     (run_dir / "checkpoints" / "last.pt").unlink()
     loaded, _ = load_policy(cfg, run_dir)

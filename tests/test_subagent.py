@@ -27,6 +27,7 @@ from turnrl.rollout import subagent as subagent_module
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, run_episode
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.subagent import ModelSubagent, subagent_metrics
+from turnrl.run import build as build_module
 from turnrl.run.build import start_subagent
 from turnrl.run.config import load_config
 from turnrl.run.recipe import train
@@ -306,7 +307,7 @@ def snapshots(monkeypatch, tmp_path):
             self.source = args[0]  # the policy being trained
             made.append(self)
 
-    monkeypatch.setattr(subagent_module, "Snapshot", Recorded)
+    monkeypatch.setattr(build_module, "Snapshot", Recorded)
     return made
 
 

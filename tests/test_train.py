@@ -322,7 +322,7 @@ def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
 def test_evaluation_samples_like_rollouts_unless_told_otherwise():
     from types import SimpleNamespace
 
-    from turnrl.run.recipe import _sampling
+    from turnrl.run.build import sampling_of as _sampling
 
     renderer = SimpleNamespace(turn_end_id=7)
     cfg = load_config(overrides=["rollout.temperature=0.8"])

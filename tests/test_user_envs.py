@@ -186,7 +186,7 @@ def test_entry_point_envs_are_listed_and_recorded_as_import_paths(tmp_path, monk
     assert out.exit_code == 0
     assert "calc" in out.output and EXAMPLE in out.output and "code-tiny" in out.output
     assert resolve_env_name("calc") == EXAMPLE
-    cfg = load_config(None, ["env.name=calc", "sft.enabled=false"])
+    cfg = checked_config(None, ["env.name=calc", "sft.enabled=false"])
     assert cfg.env.name == EXAMPLE  # what the run records: the target, not the alias
 
 

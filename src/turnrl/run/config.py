@@ -201,7 +201,7 @@ class AlgoConfig(Strict):
 
 class RewardConfig(Strict):
     """How a reward is decided: ``env.grade()`` -> a rubric -> ``trajectory.reward``
-    (:func:`turnrl.rewards.rubric.build_rubric`)."""
+    (:func:`turnrl.rewards.pipeline.build_rubric`)."""
 
     grade_weight: float = 1.0  # the env's own grade in the rubric (0: logged, not rewarded)
     screeners: bool = True  # rule-based episode screeners (test edits, exit calls, grader access)

@@ -39,7 +39,7 @@ from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.endpoint_agent import collect_endpoint
 from turnrl.run.build import eval_subagent, limits_of, renderer_of, rubric_of, sampling_of
-from turnrl.run.config import TrainConfig
+from turnrl.run.config import ConfigError, TrainConfig
 from turnrl.run.models import named_model
 from turnrl.run.preflight import check_machine, env_tasks
 from turnrl.train.export import saved_policy
@@ -265,7 +265,12 @@ def run_eval(
 
     torch.set_num_threads(cfg.threads)
     check_machine(cfg, training=False)
-    if chat is None and run_dir is None and not named_model(cfg.model.name).from_scratch:
+    if chat is None and run_dir is None:
+        if named_model(cfg.model.name).from_scratch:
+            raise ConfigError(
+                f"eval: the {cfg.model.name} model is built from scratch by a run (its tokenizer "
+                "comes from the env); evaluate that run's directory, such as runs/NAME"
+            )
         check_model_template(cfg.model.name, cfg.model.tool_format)  # before any weights load
     if n_tasks is not None:
         cfg.env.eval_tasks = n_tasks
