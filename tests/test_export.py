@@ -105,6 +105,21 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     assert r.exit_code == 2 and "not a run directory" in r.output
     assert not (tmp_path / "o2").exists()
 
+    if torch.cuda.is_available():
+        return
+    # a run saved on a CUDA machine exports and evaluates on this CPU-only one
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("device: auto", "device: cuda"))
+    r = CliRunner().invoke(app, ["export", str(run_dir), str(tmp_path / "o3")])
+    assert r.exit_code == 0, r.output
+    assert "model.device cuda (saved by the run) is not on this machine; using auto" in r.output
+    r = CliRunner().invoke(
+        app,
+        ["eval", str(run_dir), "--tasks", "1", "--no-baselines", "--records", str(tmp_path / "e")],
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "e" / "episodes.jsonl").exists()
+
 
 @pytest.fixture
 def random_user_model(tmp_path) -> Path:

@@ -227,7 +227,7 @@ BAD = [
         ["rollout.backend=vllm", "model.name=smollm2", "model.lora=true", "model.lora_rank=1024"],
         "model.lora_rank=1024: vLLM serves LoRA ranks up to 512",
     ),
-    (["model.device=cuda:1"], "model: device: cuda:1 asked for, but no CUDA device is visible"),
+    (["model.device=cuda:1"], "model.device: cuda:1 asked for, but no CUDA device is visible"),
     (["model.device=gpu"], "model.device: String should match pattern"),
     (["model.lora=true"], "model.lora: the tiny model trains all its weights"),
 ]

@@ -267,8 +267,12 @@ def _print_results(results: dict, out: Path | None) -> None:
     if out is not None:
         out.write_text(json.dumps(results, indent=2))
     if "records" in results:
+        folder = results["records"]
         console.print(
-            f"episodes kept in {results['records']} (browse: turnrl view {results['records']})"
+            f"episodes kept in {folder} (browse: turnrl view {folder})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -279,7 +283,7 @@ def _run_config(run_dir: Path, overrides: list[str] | None):
 
     cfg, note = run_config(run_dir, overrides or [])
     if note:
-        console.print(note, markup=False, highlight=False)
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     return cfg
 
 

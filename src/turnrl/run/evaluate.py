@@ -43,7 +43,7 @@ from turnrl.run.config import ConfigError, TrainConfig
 from turnrl.run.models import named_model
 from turnrl.run.preflight import check_machine, env_tasks
 from turnrl.train.export import saved_policy
-from turnrl.train.metrics import MetricsWriter
+from turnrl.train.metrics import MetricsWriter, silence_library_progress
 from turnrl.types import Task, TerminationReason, Trajectory
 from turnrl.view.records import RecordWriter
 
@@ -264,6 +264,7 @@ def run_eval(
     import torch
 
     torch.set_num_threads(cfg.threads)
+    silence_library_progress()
     check_machine(cfg, training=False)
     if chat is None and run_dir is None:
         if named_model(cfg.model.name).from_scratch:

@@ -71,8 +71,8 @@ class NamedModel:
 
 PRETRAINED = NamedModel(load_pretrained)
 MODELS: dict[str, NamedModel] = {
-    "smollm2": PRETRAINED,
     "tiny": NamedModel(build_tiny, from_scratch=True, settings=TinyConfig),
+    "smollm2": PRETRAINED,
 }
 
 
