@@ -13,8 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
 from turnrl.algo.critic import TurnCritic, turn_boundary_positions
 from turnrl.algo.losses import sequence_logprobs, token_entropy
+from turnrl.run.config import load_config
 from turnrl.train.batch import collate
-from turnrl.train.config import load_config
 from turnrl.train.step import (
     flag_non_finite,
     micro_batches,

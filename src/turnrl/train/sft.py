@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import random
 import signal
 import threading
@@ -21,12 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from turnrl.algo.losses import sequence_logprobs
-from turnrl.chat import ChatRenderer
+from turnrl.chat import ChatRenderer, check_template
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
 from turnrl.policy.hf import (
@@ -37,8 +38,11 @@ from turnrl.policy.hf import (
     shared_prefix_logits,
 )
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
-from turnrl.train.metrics import PhaseProgress
+from turnrl.train.metrics import PhaseProgress, clock
 from turnrl.types import Task
+
+if TYPE_CHECKING:
+    from turnrl.run.config import TrainConfig
 
 CHECKPOINT_EVERY_S = 60.0  # a long phase saves its progress this often (or less: SaveClock)
 
@@ -332,3 +336,110 @@ def sft_train(
     if checkpoint is not None:
         save(epochs, 0, done=True)
     return losses
+
+
+# -- the warm start of a run: the env's scripted expert as demonstrations ----------------------
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TURNRL_CACHE", Path.home() / ".cache" / "turnrl"))
+
+
+def demonstrations(
+    cfg: TrainConfig,
+    family: Family,
+    train_tasks: list[Task],
+    log: Callable[[str], None] | None = None,
+    saved: Path | None = None,
+) -> list[ScriptedEpisode]:
+    """``sft.episodes`` episodes of the env's scripted expert (mistakes at rate ``sft.noise``)
+    on training tasks drawn with the run's seed. With ``saved``: read from that file when it
+    exists, else written there once played, so a resumed SFT trains on the very same rows."""
+    if not callable(getattr(family, "expert", None)):
+        raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
+    if saved is not None and saved.exists():
+        return pickle.loads(saved.read_bytes())
+    say = log if log is not None else (lambda line: None)
+    n = cfg.sft.episodes
+    say(f"warm start: playing {n} episodes of the env's scripted expert (noise {cfg.sft.noise})")
+    rng = random.Random(cfg.seed)
+    tasks = [rng.choice(train_tasks) for _ in range(n)]
+    t0, progress = time.monotonic(), PhaseProgress("episode", n, say)
+    episodes = play_demonstrations(
+        family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns, done=progress.update
+    )
+    say(f"warm start: {n} episodes played in {clock(time.monotonic() - t0)}")
+    # with a subagent, the sub-episodes its scripted expert played teach that side too
+    episodes = episodes + getattr(family, "sub_demonstrations", list)()
+    if saved is not None:
+        try:
+            data = pickle.dumps(episodes)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            say(f"warm start: episodes not saved ({e}); a resume plays them again")
+        else:
+            write_atomic(saved, data)
+    return episodes
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write-then-rename: a kill leaves the old file or none, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def render_demos(
+    cfg: TrainConfig, episodes: list[ScriptedEpisode], renderer: ChatRenderer
+) -> list[tuple[ScriptedEpisode, Demo]]:
+    """Each episode with its token-exact demonstration; those over the context budget are
+    dropped."""
+    out = []
+    for ep in episodes:
+        demo = render_demo(
+            ep, renderer, ep.tools, cfg.rollout.max_obs_tokens, cfg.rollout.max_context_tokens
+        )
+        if demo is not None:
+            out.append((ep, demo))
+    return out
+
+
+def train_demos(
+    cfg: TrainConfig,
+    episodes: list[ScriptedEpisode],
+    model: torch.nn.Module,
+    tok: Any,
+    log: Callable[[str], None],
+    extra: Callable[[ChatRenderer, list[tuple[ScriptedEpisode, Demo]]], ExtraTerms] | None = None,
+    checkpoint: Path | None = None,
+) -> None:
+    """SFT on ``episodes`` with the ``sft.*`` settings; ``extra`` builds added loss terms
+    from the rendered demonstrations (the tiny lab's). ``checkpoint``: see ``sft_train``."""
+    t0 = time.monotonic()
+    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
+    pairs = render_demos(cfg, episodes, renderer)
+    demos = [d for _, d in pairs]
+    s = cfg.sft
+    batches = (len(demos) + s.batch_size - 1) // s.batch_size
+    log(
+        f"warm start: SFT on {len(demos)} demonstrations "
+        f"({sum(len(d.token_ids) for d in demos)} tokens): {s.epochs} epochs of {batches} "
+        f"batches of {s.batch_size} = {s.epochs * batches} steps"
+    )
+    losses = sft_train(
+        model,
+        demos,
+        epochs=s.epochs,
+        lr=s.lr,
+        batch_size=s.batch_size,
+        pad_id=tok.pad_token_id,
+        seed=cfg.seed,
+        extra=extra(renderer, pairs) if extra is not None else None,
+        log=log,
+        checkpoint=checkpoint,
+    )
+    final = f" (final loss {losses[-1]:.3f})" if losses else ""
+    log(f"warm start: SFT done in {clock(time.monotonic() - t0)}{final}")

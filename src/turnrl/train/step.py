@@ -33,8 +33,8 @@ from turnrl.policy.hf import shared_prefix_length
 from turnrl.train.batch import Batch
 
 if TYPE_CHECKING:
-    from turnrl.train.config import TrainConfig
-    from turnrl.train.distributed import Dist
+    from turnrl.run.config import TrainConfig
+    from turnrl.train.parallel import Dist
     from turnrl.types import Trajectory
 
 Log = Callable[[str], None]
@@ -387,7 +387,7 @@ def train_on_batch(
     trained on this step (NaN where it was not trained).
 
     ``dist``: under torch.distributed every rank holds the same batch and trains on its share of
-    each minibatch's rows (see :mod:`turnrl.train.distributed`); the gradient and every metric
+    each minibatch's rows (see :mod:`turnrl.train.parallel`); the gradient and every metric
     are the one-process ones."""
     a = cfg.algo
     score = dist.scorer if dist is not None else partial(token_logprobs, model)
