@@ -41,7 +41,7 @@ from turnrl.rollout.endpoint_agent import collect_endpoint
 from turnrl.run.build import eval_subagent, limits_of, renderer_of, rubric_of, sampling_of
 from turnrl.run.config import ConfigError, TrainConfig
 from turnrl.run.models import named_model
-from turnrl.run.preflight import check_machine, env_tasks
+from turnrl.run.preflight import check_machine, env_tasks, resolve_precision
 from turnrl.train.export import saved_policy
 from turnrl.train.metrics import MetricsWriter, silence_library_progress
 from turnrl.types import Task, TerminationReason, Trajectory
@@ -283,7 +283,7 @@ def run_eval(
             renderer = renderer_of(cfg, tokenizer)
             if cfg.subagent.enabled:  # the run's delegate tool and its frozen subagent
                 family = eval_subagent(cfg, family, run_dir, model, tokenizer, renderer)
-            policy = HFPolicy(model, tokenizer.pad_token_id)
+            policy = HFPolicy(model, tokenizer.pad_token_id, autocast=resolve_precision(cfg))
             params = sampling_of(cfg, renderer, evaluation=True)
             play = local_player(
                 family, renderer, policy, params, limits_of(cfg), cfg.rollout.batch_wait_s

@@ -43,6 +43,7 @@ def load_pretrained(
     """A pretrained model and its tokenizer (+ LoRA adapters, + the SFT warm start when
     ``sft.enabled``)."""
     from turnrl.policy.models import load_model, load_tokenizer, with_lora
+    from turnrl.run.preflight import resolve_precision
     from turnrl.train.export import tokenizer_source
     from turnrl.train.sft import demonstrations, train_demos
 
@@ -54,7 +55,10 @@ def load_pretrained(
     if cfg.sft.enabled and cfg.sft.episodes > 0:
         work = run_dir / "sft"
         episodes = demonstrations(cfg, family, train_tasks, log, saved=work / "episodes.pkl")
-        train_demos(cfg, episodes, model, tok, log, checkpoint=work / "sft.pt")
+        train_demos(
+            cfg, episodes, model, tok, log,
+            checkpoint=work / "sft.pt", precision=resolve_precision(cfg),
+        )  # fmt: skip
     return model, tok
 
 

@@ -95,7 +95,7 @@ def train(
     # the trainer's view (d.scorer: DDP/FSDP2 over the processes) and the unsharded weights for
     # sampling, eval, export and vLLM (the model itself, or a copy refreshed after each update)
     full = wrap_policy(d, model)
-    policy = HFPolicy(full, tokenizer.pad_token_id)
+    policy = HFPolicy(full, tokenizer.pad_token_id, autocast=d.precision)
     subagent = None
     if cfg.subagent.enabled:  # frozen before any update; refreshed below when due
         subagent = start_subagent(cfg, family, full, tokenizer, renderer, policy.version)

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,6 +39,7 @@ from turnrl.policy.hf import (
 )
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.metrics import PhaseProgress, clock
+from turnrl.train.step import token_logprobs
 from turnrl.types import Task
 
 if TYPE_CHECKING:
@@ -216,6 +217,29 @@ def batch_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) 
     return packed_logits(model, ids, attn)
 
 
+def demo_logprobs(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    mask: torch.Tensor,
+    every_position: bool = False,
+) -> torch.Tensor:
+    """log p(x_t | x_<t) [B, T] (position t scores token t): on the action tokens ``mask``
+    selects, the output layer run only there (a real model's vocabulary is most of a short
+    forward's cost); ``every_position`` computes all of them from full logits (the tiny lab's
+    extra terms read positions outside the mask)."""
+    if every_position:
+        return sequence_logprobs(batch_logits(model, ids, attn), ids)  # [B, T]
+    return token_logprobs(model, ids, attn, mask)[0]  # [B, T], 0 off the mask
+
+
+def autocast_to(device: torch.device, precision: torch.dtype | None):
+    """``torch.autocast`` to ``precision`` on ``device``'s kind, or nothing for None."""
+    if precision is None:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=precision)
+
+
 def sft_train(
     model: torch.nn.Module,
     demos: list[Demo],
@@ -228,9 +252,12 @@ def sft_train(
     extra: ExtraTerms | None = None,
     log: Callable[[str], None] | None = None,
     checkpoint: Path | None = None,
+    precision: torch.dtype | None = None,
 ) -> list[float]:
     """Next-token cross-entropy on action tokens (plus ``extra``'s terms); one-cycle lr
     schedule, AdamW without weight decay. Returns the demonstration loss per optimizer step.
+    ``precision``: forward and backward under ``torch.autocast`` to it (bf16), the weights,
+    gradients and optimizer state staying float32, as the RL step does.
 
         loss = sum_t m_t l_t / sum_t m_t      l_t = -log p(x_t | x_<t), m the action mask
 
@@ -309,8 +336,8 @@ def sft_train(
                 idx = batches[b]
                 ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, device)
                 mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, device)
-                logits = batch_logits(model, ids, attn)  # [B, T, V]
-                lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
+                with autocast_to(device, precision):
+                    lp = demo_logprobs(model, ids, attn, mask, every_position=extra is not None)
                 m = mask.float()  # [B, T] action tokens
                 loss = -(lp * m).sum() / m.sum().clamp(min=1)
                 term = extra.demo_term(idx, lp) if extra is not None else None
@@ -415,9 +442,11 @@ def train_demos(
     log: Callable[[str], None],
     extra: Callable[[ChatRenderer, list[tuple[ScriptedEpisode, Demo]]], ExtraTerms] | None = None,
     checkpoint: Path | None = None,
+    precision: torch.dtype | None = None,
 ) -> None:
     """SFT on ``episodes`` with the ``sft.*`` settings; ``extra`` builds added loss terms
-    from the rendered demonstrations (the tiny lab's). ``checkpoint``: see ``sft_train``."""
+    from the rendered demonstrations (the tiny lab's). ``checkpoint``, ``precision``: see
+    ``sft_train``."""
     t0 = time.monotonic()
     renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
     pairs = render_demos(cfg, episodes, renderer)
@@ -440,6 +469,7 @@ def train_demos(
         extra=extra(renderer, pairs) if extra is not None else None,
         log=log,
         checkpoint=checkpoint,
+        precision=precision,
     )
     final = f" (final loss {losses[-1]:.3f})" if losses else ""
     log(f"warm start: SFT done in {clock(time.monotonic() - t0)}{final}")
