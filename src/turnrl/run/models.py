@@ -42,8 +42,7 @@ def load_pretrained(
 ) -> tuple[torch.nn.Module, Any]:
     """A pretrained model and its tokenizer (+ LoRA adapters, + the SFT warm start when
     ``sft.enabled``)."""
-    from turnrl.policy.models import load_model, load_tokenizer, with_lora
-    from turnrl.run.preflight import resolve_precision
+    from turnrl.policy.models import load_model, load_tokenizer, mixed_precision, with_lora
     from turnrl.train.export import tokenizer_source
     from turnrl.train.sft import demonstrations, train_demos
 
@@ -57,7 +56,7 @@ def load_pretrained(
         episodes = demonstrations(cfg, family, train_tasks, log, saved=work / "episodes.pkl")
         train_demos(
             cfg, episodes, model, tok, log,
-            checkpoint=work / "sft.pt", precision=resolve_precision(cfg),
+            checkpoint=work / "sft.pt", precision=mixed_precision(cfg.trainer.mixed_precision, m.device),
         )  # fmt: skip
     return model, tok
 

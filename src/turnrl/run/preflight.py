@@ -32,6 +32,7 @@ from turnrl.envs.registry import (
     supplies_tasks,
 )
 from turnrl.envs.task_files import check_tasks_source
+from turnrl.policy.models import mixed_precision, runs_on_cuda
 from turnrl.rewards.pipeline import load_function
 from turnrl.run.config import ConfigError, TrainConfig, load_config
 from turnrl.run.models import MODELS, named_model
@@ -269,15 +270,11 @@ def resolve_strategy(cfg: TrainConfig, world: int) -> str:
 
 def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
     """bf16 compute (``trainer.mixed_precision``; ``auto``: on CUDA only), or None for none."""
-    mp = cfg.trainer.mixed_precision
-    if mp == "auto":
-        return torch.bfloat16 if on_cuda(cfg) else None
-    return torch.bfloat16 if mp == "bf16" else None
+    return mixed_precision(cfg.trainer.mixed_precision, cfg.model.device)
 
 
 def on_cuda(cfg: TrainConfig) -> bool:
-    device = cfg.model.device
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return runs_on_cuda(cfg.model.device)
 
 
 def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
