@@ -48,7 +48,7 @@ import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -63,7 +63,8 @@ from turnrl.types import Task
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))
 log = logging.getLogger(__name__)
 HARNESS = Path(__file__).with_name("harness.py").read_text()
-FRESH_PER_SCENARIO = 8  # fresh variants drawn per recorded scenario at each grading
+FRESH_PER_SCENARIO = 12  # fresh variants drawn per recorded scenario at each grading
+DRAWS_PER_FUNCTION = 40  # calls drawn from a function's domain, where its family has a generator
 MAX_SCENARIOS = 60  # recorded scenarios kept per task
 STEP_TIMEOUT_S = 2.0  # one replayed call; a gold call slower than this is left out
 CAPTURE_TRIES = 2  # a recording that fails or records nothing is run once more, then refused
@@ -357,21 +358,22 @@ def _same_sign(x: int | float, y: int | float) -> int | float:
     return y
 
 
-def _move_int(x: int, rng: random.Random, far: bool) -> int:
-    roll = rng.random()
-    if far:
+def _move_int(x: int, rng: random.Random, style: str) -> int:
+    if style == "far":
         span = 2 * abs(x) + 10
         y = rng.randint(-span, span)
-    elif roll < 0.25 and abs(x) >= 2:
-        y = x * rng.choice([2, 3, 4])  # keeps every divisor: centuries stay centuries
+    elif style == "multiple" and abs(x) >= 2:
+        y = x * rng.choice([2, 3, 4, 5])  # keeps every divisor: centuries stay centuries
     else:
         y = x + rng.choice([-3, -2, -1, 1, 2, 3])
     y = _same_sign(x, y)
     return y if y != x else x + (1 if x >= 0 else -1)
 
 
-def _move_float(x: float, rng: random.Random, far: bool) -> float:
-    span = 2 * abs(x) + 10 if far else 2.0
+def _move_float(x: float, rng: random.Random, style: str) -> float:
+    if style == "fraction":
+        return x + rng.choice([-0.5, -0.25, -0.1, 0.1, 0.25, 0.5])
+    span = 2 * abs(x) + 10 if style == "far" else 2.0
     y = round(x + rng.uniform(-span, span), 3)
     y = _same_sign(x, y)
     return y if y != x else round(x + 0.5, 3)
@@ -385,10 +387,10 @@ def _char_pool(c: str) -> str:
     return c
 
 
-def _move_str(x: str, rng: random.Random, far: bool) -> str:
+def _move_str(x: str, rng: random.Random, style: str) -> str:
     chars = list(x)
     pool = sorted(set(x)) or list("abc")
-    for _ in range(2 if far else 1):
+    for _ in range(2 if style == "far" else 1):
         op = rng.choice(["replace", "insert", "delete", "swap"] if chars else ["insert"])
         i = rng.randrange(len(chars)) if chars else 0
         if op == "replace":
@@ -403,14 +405,16 @@ def _move_str(x: str, rng: random.Random, far: bool) -> str:
     return "".join(chars)
 
 
-def _move(x: Any, rng: random.Random, far: bool = False) -> Any:
+def _move(x: Any, rng: random.Random, style: str = "near") -> Any:
     if isinstance(x, bool):
         return not x
+    if style == "fraction" and isinstance(x, int | float):
+        return _move_float(float(x), rng, style)  # between two values the tests use
     if isinstance(x, int):
-        return _move_int(x, rng, far)
+        return _move_int(x, rng, style)
     if isinstance(x, float):
-        return _move_float(x, rng, far)
-    return _move_str(x, rng, far)
+        return _move_float(x, rng, style)
+    return _move_str(x, rng, style)
 
 
 def _sorted_kind(xs: list[Any]) -> str | None:
@@ -476,32 +480,57 @@ def _reshape(steps: list[dict[str, Any]], rng: random.Random, p: float) -> None:
             node.insert(rng.randrange(len(node) + 1), json.loads(json.dumps(rng.choice(node))))
 
 
-def _variant(steps: list[dict[str, Any]], kind: int, rng: random.Random) -> list[dict[str, Any]]:
+# the variant kinds, in turn: (what changes, how a leaf moves)
+KINDS = (
+    ("one", "near"),
+    ("tied", "near"),
+    ("one", "multiple"),
+    ("many", "near"),
+    ("one", "far"),
+    ("tied", "multiple"),
+    ("one", "fraction"),  # numbers of functions whose domain has fractions: 80 -> 80.5
+)
+
+
+def _variant(
+    steps: list[dict[str, Any]], kind: int, rng: random.Random, fractional: frozenset[str]
+) -> list[dict[str, Any]]:
+    what, style = KINDS[kind % len(KINDS)]
     new = json.loads(json.dumps(steps))
     leaves = [(path, node) for path, node in _walk(new) if _leaf(node) and path]
+    if style == "fraction":
+        leaves = [
+            (path, node)
+            for path, node in leaves
+            if isinstance(node, int | float)
+            and not isinstance(node, bool)
+            and callable_name(new[path[0]]) in fractional
+        ]
+        style = "fraction" if leaves else "near"
+        leaves = leaves or [(p, n) for p, n in _walk(new) if _leaf(n) and p]
     if not leaves:
         return new
-    if kind == 1:  # equal arguments stay equal
+    if what == "tied":  # arguments that were equal stay equal
         groups: dict[str, list[_Path]] = {}
         for path, node in leaves:
             groups.setdefault(json.dumps([type(node).__name__, node]), []).append(path)
         tied = [paths for paths in groups.values() if len(paths) > 1]
         if tied:
             paths = rng.choice(tied)
-            value = _move(_at(new, paths[0]), rng)
+            value = _move(_at(new, paths[0]), rng, style)
             for path in paths:
                 _set_at(new, path, value)
             return _keep_order(steps, new)
-        kind = 0
-    if kind == 2:  # many leaves and list items
+        what = "one"
+    if what == "many":  # many leaves and list items
         p = min(1.0, 2.0 / len(leaves))
         for path, node in leaves:
             if rng.random() < p:
-                _set_at(new, path, _move(node, rng))
+                _set_at(new, path, _move(node, rng, style))
         _reshape(new, rng, p)
         return _keep_order(steps, new)
     path, node = rng.choice(leaves)
-    _set_at(new, path, _move(node, rng, far=kind == 3))
+    _set_at(new, path, _move(node, rng, style))
     return _keep_order(steps, new)
 
 
@@ -515,10 +544,10 @@ def callable_name(step: Mapping[str, Any]) -> str:
     return str(call["attr"][1]).rsplit(".", 1)[-1]
 
 
-def in_domain(steps: list[dict[str, Any]], domain: Mapping[str, Callable[..., bool]]) -> bool:
+def in_domain(steps: list[dict[str, Any]], domain: domains.Domain) -> bool:
     """Every step's arguments satisfy its callable's domain predicate (where one is given)."""
     for step in steps:
-        check = domain.get(callable_name(step))
+        check = domain.predicates.get(callable_name(step))
         if check is None:
             continue
         try:
@@ -535,11 +564,15 @@ def fresh_scenarios(
     recorded: tuple[dict[str, Any], ...],
     seed: int,
     per_scenario: int = FRESH_PER_SCENARIO,
-    domain: Mapping[str, Callable[..., bool]] | None = None,
+    domain: domains.Domain | None = None,
+    per_function: int = DRAWS_PER_FUNCTION,
 ) -> list[dict[str, Any]]:
-    """Variants of the recorded scenarios drawn from ``seed`` (see above), each inside
-    ``domain`` (callable name -> predicate on its arguments). Variants equal to a recorded
-    scenario, or to each other, are left out."""
+    """Fresh scenarios drawn from ``seed``: variants of each recorded scenario (see above),
+    and, for the functions ``domain`` has a generator for, ``per_function`` calls drawn from
+    the function's domain. Every one inside ``domain``'s predicates; none equal to a recorded
+    scenario or to another. Each names the recorded scenarios it varies (``of``): a drawn call
+    varies every scenario that calls its function."""
+    domain = domain or domains.Domain()
     rng = random.Random(seed)
     seen = {json.dumps(s["steps"], sort_keys=True) for s in recorded}
     out = []
@@ -551,12 +584,52 @@ def fresh_scenarios(
         for attempt in range(4 * per_scenario):
             if kept >= per_scenario:
                 break
-            new = _variant(steps, attempt % 4, rng)
+            new = _variant(steps, attempt, rng, domain.fractional)
             key = json.dumps(new, sort_keys=True)
-            if key in seen or (domain and not in_domain(new, domain)):
+            if key in seen or not in_domain(new, domain):
                 continue
             seen.add(key)
-            out.append({"test": scenario["test"], "of": index, "steps": new})
+            out.append({"test": scenario["test"], "of": [index], "steps": new})
+            kept += 1
+    callers: dict[str, list[int]] = {}
+    targets: dict[str, Any] = {}
+    for index, scenario in enumerate(recorded):
+        for step in scenario["steps"]:
+            if isinstance(step.get("call"), dict):  # a module-level function
+                name = callable_name(step)
+                callers.setdefault(name, []).append(index)
+                targets.setdefault(name, step["call"])
+                if name in domain.fractional:  # halfway to the next value, either side
+                    for path, node in _walk(step):
+                        if not path or not isinstance(node, int | float) or isinstance(node, bool):
+                            continue
+                        for offset in (-0.5, 0.5):
+                            half = json.loads(json.dumps(step))
+                            _set_at(half, path, node + offset)
+                            key = json.dumps([half], sort_keys=True)
+                            if key not in seen and in_domain([half], domain):
+                                seen.add(key)
+                                out.append(
+                                    {"test": scenario["test"], "of": [index], "steps": [half]}
+                                )
+    for name, draw in sorted(domain.generators.items()):
+        if name not in targets:
+            continue
+        kept = 0
+        for _ in range(4 * per_function):
+            if kept >= per_function:
+                break
+            step = {
+                "call": targets[name],
+                "args": [domains.encode(a) for a in draw(rng)],
+                "kwargs": {},
+            }
+            key = json.dumps([step], sort_keys=True)
+            if key in seen or not in_domain([step], domain):
+                continue
+            seen.add(key)
+            of = sorted(set(callers[name]))
+            out.append({"test": f"{name} (drawn)", "of": of, "steps": [step]})
             kept += 1
     return out
 
@@ -849,7 +922,8 @@ def compare(
             ok = False
         if fresh:
             verdict.fresh_mismatches += not ok
-            fresh_failed.setdefault(scenario["of"], []).append(not ok)
+            for of in scenario["of"]:
+                fresh_failed.setdefault(of, []).append(not ok)
         else:
             recorded_ok[i] = ok
             if not ok:
@@ -945,6 +1019,9 @@ async def check(
     deleted: list[str],
     limits: Limits,
     seed: int,
+    *,
+    per_scenario: int = FRESH_PER_SCENARIO,
+    per_function: int = DRAWS_PER_FUNCTION,
 ) -> Check:
     """Replay the task's recorded and freshly drawn calls on the submission (the repo with
     ``submission`` written and ``deleted`` removed) and on the gold solution, in separate
@@ -953,7 +1030,8 @@ async def check(
     cap = await capture(task, limits)
     payload = task.payload
     domain = domains.for_task(payload)
-    scenarios = [*cap.scenarios, *fresh_scenarios(cap.scenarios, seed, domain=domain)]
+    drawn = fresh_scenarios(cap.scenarios, seed, per_scenario, domain, per_function)
+    scenarios = [*cap.scenarios, *drawn]
     visible = test_ids(payload.get("visible_tests", {}))
     sub_root = Path(tempfile.mkdtemp(prefix="turnrl-replay-"))
     gold_root = Path(tempfile.mkdtemp(prefix="turnrl-replay-"))

@@ -461,31 +461,37 @@ class Audit:
 
 class Shown:
     """Encodes what the code under test hands back, as a test would observe it: plain data by
-    kind; objects of the target modules as a reference, their class name and the attributes the
-    tests read (objects inside them too, to a small depth); iterators (generators, ``map``,
-    an ``iter()`` of a list) as the items a test would get by consuming them; anything else
-    opaque, with an equal-to-anything probe."""
+    kind; objects of the target modules as their class name and the attributes the tests read
+    (objects inside them too, to a small depth); iterators (generators, ``map``, an ``iter()``
+    of a list) as the items a test would get by consuming them; anything else opaque, with an
+    equal-to-anything probe.
+
+    Objects returned, alone or in (nested) lists and tuples, get the next reference index, as
+    ``Recorder.register`` numbered them when the scenario was recorded."""
 
     def __init__(self, refs, alive, attrs, modules):
         self.refs, self.alive, self.attrs, self.modules = refs, alive, attrs, modules
 
-    def ref(self, x):
-        if id(x) not in self.refs:
-            self.refs[id(x)] = len(self.alive)
-            self.alive.append(x)
-        return self.refs[id(x)]
+    def __call__(self, x):
+        try:
+            return self.show(x, 0, True)
+        except Exception:
+            return {"opaque": type(x).__name__, "eq_any": False}
 
-    def __call__(self, x, depth=0):
+    def show(self, x, depth, register):
         t = type(x)
         if t.__module__ in self.modules and not isinstance(x, type):
+            if register and id(x) not in self.refs:
+                self.refs[id(x)] = len(self.alive)
+                self.alive.append(x)
             shown = {}
             if depth <= 2:
                 for a in self.attrs:
                     try:
-                        shown[a] = self(getattr(x, a), depth + 1)
-                    except BaseException:
+                        shown[a] = self.show(getattr(x, a), depth + 1, False)
+                    except Exception:
                         continue
-            return {"obj": t.__name__, "ref": self.ref(x), "attrs": shown, "eq_any": _eq_any(x)}
+            return {"obj": t.__name__, "attrs": shown, "eq_any": _eq_any(x)}
         if x is None or kind_of(x) is not None:
             try:
                 return encode_plain(x)
@@ -493,24 +499,21 @@ class Shown:
                 pass  # a container holding objects: item by item below
             base = kind_of(x)
             x = _as_base(x, base)
-            try:
-                if depth <= MAX_DEPTH and base in (list, tuple) and len(x) <= MAX_ITEMS:
-                    items = [self(v, depth + 1) for v in x]
-                    return items if base is list else {"tuple": items}
-                if depth <= MAX_DEPTH and base is dict and len(x) <= MAX_ITEMS:
-                    pairs = [[encode_plain(k), self(v, depth + 1)] for k, v in x.items()]
-                    return {"dict": sorted(pairs, key=lambda kv: _dumps(kv[0]))}
-            except Unencodable:
-                pass
+            if depth <= MAX_DEPTH and base in (list, tuple) and len(x) <= MAX_ITEMS:
+                items = [self.show(v, depth + 1, register) for v in x]
+                return items if base is list else {"tuple": items}
+            if depth <= MAX_DEPTH and base is dict and len(x) <= MAX_ITEMS:
+                pairs = [[encode_plain(k), self.show(v, depth + 1, False)] for k, v in x.items()]
+                return {"dict": sorted(pairs, key=lambda kv: _dumps(kv[0]))}
             return {"opaque": t.__name__, "eq_any": False}
-        if isinstance(x, (types.MappingProxyType,)):
-            return self(dict(x), depth)
+        if isinstance(x, types.MappingProxyType):
+            return self.show(dict(x), depth, False)
         if t.__name__ in ("dict_keys", "dict_items") and t.__module__ == "builtins":
-            return self(set(x), depth)  # set-like views compare as sets
+            return self.show(set(x), depth, False)  # set-like views compare as sets
         if isinstance(x, (collections.abc.Iterator, range)) or t.__name__ == "dict_values":
             items = list(itertools.islice(x, MAX_ITEMS + 1))
             if len(items) <= MAX_ITEMS:
-                return {"iter": [self(v, depth + 1) for v in items]}
+                return {"iter": [self.show(v, depth + 1, False) for v in items]}
         if isinstance(x, numbers.Rational) and _genuine_stdlib(t):
             return {"frac": [encode_plain(int(x.numerator)), encode_plain(int(x.denominator))]}
         if isinstance(x, decimal.Decimal) and x.is_finite():
@@ -541,7 +544,7 @@ def _eq_any(x):
     """Equal to a fresh object(): the signature of an always-equal object."""
     try:
         return bool(x == object())
-    except BaseException:
+    except Exception:
         return False
 
 
