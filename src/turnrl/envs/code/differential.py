@@ -493,7 +493,10 @@ KINDS = (
 
 
 def _variant(
-    steps: list[dict[str, Any]], kind: int, rng: random.Random, fractional: frozenset[str]
+    steps: list[dict[str, Any]],
+    kind: int,
+    rng: random.Random,
+    fractional: Mapping[str, tuple[int, ...]],
 ) -> list[dict[str, Any]]:
     what, style = KINDS[kind % len(KINDS)]
     new = json.loads(json.dumps(steps))
@@ -504,7 +507,7 @@ def _variant(
             for path, node in leaves
             if isinstance(node, int | float)
             and not isinstance(node, bool)
-            and callable_name(new[path[0]]) in fractional
+            and _fraction_place(new[path[0]], path, fractional)
         ]
         style = "fraction" if leaves else "near"
         leaves = leaves or [(p, n) for p, n in _walk(new) if _leaf(n) and p]
@@ -532,6 +535,16 @@ def _variant(
     path, node = rng.choice(leaves)
     _set_at(new, path, _move(node, rng, style))
     return _keep_order(steps, new)
+
+
+def _fraction_place(
+    step: Mapping[str, Any], path: _Path, fractional: Mapping[str, tuple[int, ...]]
+) -> bool:
+    """``path`` (step index, "args", position, ...) is inside an argument of ``step`` whose
+    numbers may be fractions."""
+    return (
+        len(path) >= 3 and path[1] == "args" and path[2] in fractional.get(callable_name(step), ())
+    )
 
 
 def callable_name(step: Mapping[str, Any]) -> str:
@@ -601,7 +614,9 @@ def fresh_scenarios(
                 targets.setdefault(name, step["call"])
                 if name in domain.fractional:  # halfway to the next value, either side
                     for path, node in _walk(step):
-                        if not path or not isinstance(node, int | float) or isinstance(node, bool):
+                        if not isinstance(node, int | float) or isinstance(node, bool):
+                            continue
+                        if not _fraction_place(step, (0, *path), domain.fractional):
                             continue
                         for offset in (-0.5, 0.5):
                             half = json.loads(json.dumps(step))

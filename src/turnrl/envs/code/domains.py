@@ -45,9 +45,10 @@ class Domain:
 
     predicates: Mapping[str, Predicate] = field(default_factory=dict)
     generators: Mapping[str, Generator] = field(default_factory=dict)
-    # callables whose numbers may be fractions (a score of 80.5): the tests' own values are
-    # then also moved by a fraction, where a boundary between two of them hides
-    fractional: frozenset[str] = frozenset()
+    # callable -> positions of its arguments whose numbers may be fractions (a score of
+    # 80.5): the tests' own values there are also moved by a fraction, where a boundary
+    # between two of them hides
+    fractional: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Ref:
@@ -426,7 +427,7 @@ FAMILIES: dict[str, Domain] = {
             # a repeated value has no one index to find: only lower_bound promises one there
             "binary_search": lambda xs, target: _strict(xs),
             "lower_bound": lambda xs, target: _sorted(xs),
-            "count_in_range": lambda xs, low, high: _sorted(xs),
+            "count_in_range": lambda xs, low, high: _sorted(xs) and low <= high,
         },
         generators={
             "binary_search": lambda r: (
@@ -499,7 +500,7 @@ FAMILIES: dict[str, Domain] = {
         }
     ),
     "grades": Domain(
-        fractional=frozenset({"letter", "average", "passing"}),
+        fractional={"letter": (0,), "average": (0,), "passing": (0, 1)},
         generators={
             "letter": lambda r: (_number(r, 0, 100),),
             "average": lambda r: ([_number(r, 0, 100) for _ in range(r.randint(0, 6))],),
@@ -510,8 +511,11 @@ FAMILIES: dict[str, Domain] = {
         },
     ),
     "histogram": Domain(
-        fractional=frozenset({"bin_index", "histogram"}),
-        predicates={"bin_index": lambda x, lo, width, nbins: width > 0 and nbins >= 1},
+        fractional={"bin_index": (0, 1, 2), "histogram": (0, 1, 2)},  # not nbins
+        predicates={
+            "bin_index": lambda x, lo, width, nbins: width > 0 and _count(nbins),
+            "histogram": lambda values, lo, hi, nbins: isinstance(nbins, int),
+        },
         generators={
             "bin_index": lambda r: (
                 _number(r, -5, 15),
@@ -618,7 +622,7 @@ FAMILIES: dict[str, Domain] = {
         },
     ),
     "stats": Domain(
-        fractional=frozenset({"mean", "median", "variance", "value_range", "clamp"}),
+        fractional={n: (0, 1, 2) for n in ("mean", "median", "variance", "value_range", "clamp")},
         predicates={"clamp": lambda x, lo, hi: lo <= hi},
         generators={
             "mean": lambda r: ([_number(r, -20, 20) for _ in range(r.randint(1, 7))],),
@@ -644,7 +648,7 @@ FAMILIES: dict[str, Domain] = {
         }
     ),
     "temperature": Domain(
-        fractional=frozenset({"c_to_f", "f_to_c", "c_to_k", "classify"}),
+        fractional={n: (0,) for n in ("c_to_f", "f_to_c", "c_to_k", "classify")},
         generators={
             "c_to_f": lambda r: (_number(r, -60, 120),),
             "f_to_c": lambda r: (_number(r, -80, 250),),
@@ -710,6 +714,10 @@ def rng_pair(rng: random.Random) -> list[str]:
     if roll < 0.6:
         return [a, a.capitalize()]
     return [a, _word(rng, 1, 6)]
+
+
+def _count(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
 
 
 def _strict(xs: Any) -> bool:

@@ -338,6 +338,11 @@ def _on_alarm(signum, frame):
 _EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
+# Standard-library helpers that build classes by compiling fixed templates and setting
+# function attributes (their own doing, on names they check are identifiers).
+_CLASS_BUILDERS = ("/collections/__init__.py", "/typing.py", "/dataclasses.py", "/enum.py")
+
+
 class Audit:
     """Categories of what the code under test did (outside importing modules): read files
     outside the repo or test files, listed directories, looked at frames, patched code,
@@ -357,6 +362,8 @@ class Audit:
                 return True
             if name.startswith("<frozen importlib"):
                 return False  # a module being imported: its own start-up, not the caller's
+            if name.startswith(self.prefixes) and name.endswith(_CLASS_BUILDERS):
+                return False  # a named tuple, dataclass or enum built from a fixed template
             frame = frame.f_back
         return False
 
