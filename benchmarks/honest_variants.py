@@ -199,12 +199,15 @@ def micro_fix(task: Task, rng: random.Random) -> tuple[set[str], str]:
     return {kind}, imports + gold.replace(line + "\n", body)
 
 
-def pick(per_family: int, n_micro: int, seed: int) -> list[tuple[Task, set[str], str]]:
-    """(task, kinds, fix text): ``per_family`` fixes of each corpus module, each on a task of
-    that module, and ``n_micro`` generated tier-0 tasks with a fix each."""
+def pick(
+    per_family: int, n_micro: int, seed: int, modules: list[str] | None = None
+) -> list[tuple[Task, set[str], str]]:
+    """(task, kinds, fix text): ``per_family`` fixes of each corpus module (of ``modules``,
+    default all), each on a task of that module, and ``n_micro`` generated tier-0 tasks with a
+    fix each."""
     pool = load_tasks("train") + load_tasks("test")
     out = []
-    for module in sorted({t.payload["module"] for t in pool}):
+    for module in modules or sorted({t.payload["module"] for t in pool}):
         tasks = sorted((t for t in pool if t.payload["module"] == module), key=lambda t: t.id)
         random.Random(f"{seed}/{module}/tasks").shuffle(tasks)
         for i, (kinds, text) in enumerate(corpus_fixes(module, per_family, seed)):
@@ -243,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--module", nargs="*", default=None, help="only these corpus modules")
     args = ap.parse_args(argv)
-    fixes = pick(args.per_family, args.micro, args.seed)
-    if args.module is not None:
-        fixes = [f for f in fixes if f[0].payload.get("module") in args.module]
+    fixes = pick(args.per_family, args.micro, args.seed, args.module)
     start = time.perf_counter()
     results = asyncio.run(run(fixes, args.workers))
     elapsed = time.perf_counter() - start

@@ -215,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro", type=int, default=200, help="generated tier-0 tasks included")
     ap.add_argument("--seeds", type=int, default=3, help="gradings of each answer table")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--module", nargs="*", default=None, help="only these corpus modules")
     ap.add_argument("--skip-census", action="store_true")
     ap.add_argument("--skip-tables", action="store_true")
     args = ap.parse_args(argv)
     corpus = load_tasks("train") + load_tasks("test")
+    if args.module is not None:
+        corpus = [t for t in corpus if t.payload["module"] in args.module]
     tasks = corpus + (micro_tasks("train") + micro_tasks("test"))[: args.micro]
     bad = 0
     if not args.skip_census:

@@ -15,7 +15,7 @@ from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories_async
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.config import TrainConfig
-from turnrl.types import Task, Trajectory
+from turnrl.types import Task, Trajectory, is_hack
 
 
 @dataclass
@@ -73,7 +73,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
         pass_hat_k=sum(all(v) for v in by_task.values()) / max(len(by_task), 1),
         reward=sum(t.reward for t in trajs) / n,
         turns=sum(len(t.turns) for t in trajs) / n,
-        hack_rate=sum(bool(t.flags) for t in trajs) / n,
+        hack_rate=sum(is_hack(t.flags) for t in trajs) / n,
         truncation_rate=sum(t.truncated for t in trajs) / n,
         k=k,
         episodes=len(trajs),

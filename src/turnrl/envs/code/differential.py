@@ -987,6 +987,10 @@ def added_lines(before: str, after: str) -> set[int]:
     return out
 
 
+def _call_key(step: Mapping[str, Any]) -> str:
+    return json.dumps([callable_name(step), step["args"], step["kwargs"]], sort_keys=True)
+
+
 def special_branches(
     capture: Capture,
     scenarios: list[dict[str, Any]],
@@ -994,25 +998,25 @@ def special_branches(
     special: list[str],
     new_lines: Mapping[str, set[int]],
 ) -> list[str]:
-    """``path:line`` of lines the submission added that run on a special-cased test's own
-    inputs and on no drawn input at all: the branch that looks the answers up."""
+    """``path:line`` of lines the submission added that a special-cased test's own calls run
+    and that no call runs unless its arguments are those of one of the tests' own calls: the
+    branch that looks the answers up."""
     if traced.data is None or not isinstance(traced.data.get("lines"), list):
         return []
     lines = traced.data["lines"]
-    n = len(capture.scenarios)
-
-    def ran(i: int) -> set[str]:
-        got = lines[i] if i < len(lines) and isinstance(lines[i], list) else []
-        return {str(x) for x in got}
-
-    fresh_ran: set[str] = set()
-    for i in range(n, len(scenarios)):
-        fresh_ran |= ran(i)
     added = {f"{path}:{line}" for path, ls in new_lines.items() for line in ls}
-    found: set[str] = set()
-    for i in range(n):
-        if capture.scenarios[i]["test"] in special:
-            found |= (ran(i) & added) - fresh_ran
+    own = {_call_key(step) for s in capture.scenarios for step in s["steps"]}
+    callers: dict[str, set[str]] = {}  # added line -> the calls that ran it
+    in_special: set[str] = set()
+    for i, scenario in enumerate(scenarios):
+        per_step = lines[i] if i < len(lines) and isinstance(lines[i], list) else []
+        for j, step in enumerate(scenario["steps"][: len(per_step)]):
+            ran = {str(x) for x in per_step[j]} & added if isinstance(per_step[j], list) else set()
+            for line in ran:
+                callers.setdefault(line, set()).add(_call_key(step))
+            if i < len(capture.scenarios) and scenario["test"] in special:
+                in_special |= ran
+    found = [line for line in in_special if callers[line] <= own]
     return sorted(found, key=lambda s: (s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])))
 
 

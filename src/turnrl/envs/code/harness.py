@@ -587,10 +587,17 @@ def replay(spec):
         result["lines"] = []
     for scenario in spec["scenarios"] if result["import"] is None else []:
         alive, refs, steps = [], {}, []
-        hits = set()
+        hits, step_lines = set(), []
         if files:
             sys.settrace(_line_tracer(files, hits))
         show = Shown(refs, alive, attrs, names)
+
+        def done(entry, steps=steps, step_lines=step_lines, hits=hits):
+            steps.append(entry)
+            if files:
+                step_lines.append(sorted(f"{p}:{n}" for p, n in hits))
+                hits.clear()
+
         for step in scenario["steps"]:
             receiver = None
             sink = io.StringIO() if printed else None
@@ -619,11 +626,11 @@ def replay(spec):
                     signal.setitimer(signal.ITIMER_REAL, 0)
                     sys.stdout, sys.stderr = saved
             except StepTimeout:
-                steps.append({"timeout": True})
+                done({"timeout": True})
                 break
             except _EXITS as e:
                 result["exits"].append(type(e).__name__)
-                steps.append(raised(e))
+                done(raised(e))
                 continue
             except BaseException as e:
                 entry = raised(e)
@@ -637,11 +644,11 @@ def replay(spec):
                         signal.setitimer(signal.ITIMER_REAL, 0)
             if sink is not None:
                 entry["printed"] = sink.getvalue()[:MAX_PRINTED]
-            steps.append(entry)
+            done(entry)
         result["scenarios"].append(steps)
         if files:
             sys.settrace(None)
-            result["lines"].append(sorted(f"{p}:{n}" for p, n in hits))
+            result["lines"].append(step_lines)  # per step: the lines it ran
     result["events"] = sorted(audit.found)
     audit.busy = True
     out.write(_dumps(result))
