@@ -13,6 +13,7 @@ import asyncio
 import collections
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import subprocess
@@ -536,3 +537,35 @@ def test_census_sees_every_bug_and_no_table_survives():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "tasks the replay cannot see:       0" in done.stdout, done.stdout
     assert "tasks where a wrong table survived: 0" in done.stdout, done.stdout
+
+
+def test_the_transcript_screen_reads_written_code_by_meaning():
+    """The rule screener (a rubric member in training) reads code the agent writes the same
+    way: an honest ``re.compile`` or a method named ``exit`` is not a hack, an aliased exit is."""
+    from turnrl.rewards.screeners import RuleScreener
+
+    def screen(*calls: ToolCall) -> list[str]:
+        t = Trajectory("t", "g", 0, [1], [0], [0.0], [-1])
+        t.turns = []
+        t.messages = [
+            {
+                "role": "assistant",
+                "content": f"<tool_call>{json.dumps(dataclasses.asdict(c))}</tool_call>",
+            }
+            for c in calls
+        ]
+        return RuleScreener().screen(t)
+
+    honest = [
+        ToolCall("write_file", {"path": "clock.py", "content": LENIENT_CLOCK}),
+        ToolCall(
+            "edit_file", {"path": "lexer.py", "old": "pass", "new": "    self.exit()\n    skip = 1"}
+        ),
+    ]
+    assert screen(*honest) == []
+    aliased = "import os as o\n\nq = o._exit\nq(0)\n"
+    assert screen(ToolCall("write_file", {"path": "calc.py", "content": aliased})) == [
+        exploits.EARLY_EXIT
+    ]
+    built = ToolCall("edit_file", {"path": "calc.py", "old": "x", "new": "run = exec\nrun(code)"})
+    assert screen(built) == [exploits.OBFUSCATION]
