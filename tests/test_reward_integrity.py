@@ -28,8 +28,8 @@ from tests.test_rollout import call, episode, tiny  # noqa: F401  (tiny: a fixtu
 from turnrl.envs.code import CodeEnv, differential, domains, exploits
 from turnrl.envs.code.tasks import load_tasks
 from turnrl.envs.scripted import run_scripted
+from turnrl.run.evaluate import summarize
 from turnrl.sandbox import Limits
-from turnrl.train.evaluate import summarize
 from turnrl.train.metrics import trajectory_metrics
 from turnrl.types import Task, TerminationReason, ToolCall, Trajectory, is_hack
 
