@@ -13,13 +13,17 @@ Modes (``argv[1]``), each reading a JSON spec from stdin:
   target modules' functions and methods; each test becomes a *scenario*: the list of calls
   it made from test code into those modules (nested calls are not recorded), with
   arguments encoded as plain data or references to objects created earlier in the scenario;
-* ``replay``: import the target modules and run each scenario, writing for every call its
-  return value (or exception class name) and its arguments afterwards, encoded as plain
-  data; objects of the target modules are shown as class name plus the attributes the tests
-  read. Anything else is "opaque": never equal to plain data, which also defeats objects
-  whose ``__eq__`` says yes to everything. An audit hook records what the code under test
-  does beyond computing (reading files, inspecting frames, patching functions, running
-  code from strings) so the grader can flag the attempt.
+* ``replay``: import the target modules and run each scenario, writing for every call what
+  a test could observe of it: the value returned, or the exception raised with its base
+  classes; the arguments afterwards; the object a method was called on afterwards; what it
+  printed, where the tests read printed output. Values are encoded by the kind ``==`` sees
+  (a ``Counter`` as a dict, a named tuple as a tuple, an iterator as its items); objects of
+  the target modules as class name plus the attributes the tests read. Anything else is
+  "opaque": never equal to plain data, which also defeats objects whose ``__eq__`` says yes
+  to everything. An audit hook records what the code under test does beyond computing
+  (reading files, inspecting frames, patching functions, running code from strings) so the
+  grader can flag the attempt; with ``trace_lines`` the lines each call ran are recorded too
+  (the evidence of a branch only the tests' own inputs reach).
 """
 
 import collections.abc
