@@ -14,7 +14,6 @@ import collections
 import dataclasses
 import importlib.util
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -411,18 +410,17 @@ def test_a_failed_recording_is_retried_and_never_cached(monkeypatch):
     assert len(tries) == 2
 
 
-def test_an_unrecordable_task_is_excluded_not_graded_by_pytest(tiny, caplog):  # noqa: F811
+def test_an_unrecordable_task_is_excluded_not_graded_by_pytest(tiny):  # noqa: F811
     """Nothing can be replayed: the grader refuses (a warning names the task), the episode ends
     as an env error, excluded from its group, with no reward from the pytest run (which would
     have said 1.0: the fix is right)."""
     task = _unrecordable("excluded")
     env = CodeEnv()
     fix = call("write_file", path="calc.py", content=CALC_GOLD)
-    with caplog.at_level(logging.WARNING, logger="turnrl.envs.code.differential"):
+    with pytest.warns(RuntimeWarning, match="calc-excluded cannot be graded"):
         traj = episode(tiny, [fix, call("submit")], env=env, task=task)
     assert traj.termination is TerminationReason.ENV_ERROR and traj.excluded
     assert "GradingUnavailable" in traj.error and traj.reward == 0.0 and traj.flags == []
-    assert "calc-excluded cannot be graded" in caplog.text
 
 
 # ------------------------------------------------------------------- 5. flags name evidence

@@ -48,6 +48,7 @@ import random
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -271,7 +272,9 @@ async def capture(task: Task, limits: Limits) -> Capture:
             got = Capture(tuple(modules), found, attrs, printed)
             _CAPTURES[key] = got  # only a good recording is kept
             return got
-    log.warning("code grader: task %s cannot be graded (%s); episode excluded", task.id, why)
+    message = f"code grader: task {task.id} cannot be graded ({why}); episode excluded"
+    warnings.warn(message, RuntimeWarning, stacklevel=2)  # on the console once per task
+    log.warning(message)
     raise GradingUnavailable(f"task {task.id}: recording its tests' calls failed: {why}")
 
 
