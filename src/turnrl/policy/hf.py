@@ -196,15 +196,19 @@ class HFPolicy:
         cache = self.prefix_cache
         if cache.max_tokens <= 0 or not self._static_cache_ok():
             return [None] * len(prompts)
-        key = self._weights_key()
-        if key != cache.weights_key:
-            cache.clear()
-            cache.weights_key = key
+        self._forget_stale()
         ids = [cache.longest_prefix(p) for p in prompts]
         hits = [None if i is None else cache.get(i) for i in ids]
         for i in set(ids) - {None}:
             cache.pop(i)
         return hits
+
+    def _forget_stale(self) -> None:
+        """Empty the prefix cache if the weights changed since its entries were made."""
+        key = self._weights_key()
+        if key != self.prefix_cache.weights_key:
+            self.prefix_cache.clear()
+            self.prefix_cache.weights_key = key
 
     def _static_cache_ok(self) -> bool:
         if self._static_ok is None:
@@ -237,6 +241,25 @@ class HFPolicy:
                         ly.values[b, :, C - c[b] : C] = h.kv[layer, 1, :, : c[b]]
                 ly.cumulative_length.fill_(C)
         return cache
+
+    def _share_prompts(self, prompts: list[list[int]]) -> None:
+        """Rows with the same prompt and no kept prefix (a task group's first turn: one
+        prompt, ``group_size`` rows) get it prefilled once: its KV, all but the last token, is
+        kept in the prefix cache, so each row then prefills one token instead of the prompt."""
+        cache = self.prefix_cache
+        if cache.max_tokens <= 0 or not self._static_cache_ok():
+            return
+        self._forget_stale()
+        rows: dict[tuple[int, ...], int] = {}
+        for p in prompts:
+            if len(p) > cache.key_len:
+                rows[tuple(p)] = rows.get(tuple(p), 0) + 1
+        shared = [list(p[:-1]) for p, n in rows.items() if n > 1]
+        shared = [p for p in shared if cache.longest_prefix(p) is None and cache.fits(p)]
+        if shared:
+            pre = self._prefill(shared, extra=0)
+            if isinstance(pre.cache, StaticCache):
+                self._keep(shared, [[] for _ in shared], pre.cache, pre.c, pre.d)
 
     def _prefill(self, prompts: list[list[int]], extra: int) -> _Prefilled:
         """Run each prompt's uncached suffix (its cached prefix, if any, comes from the prefix
@@ -278,6 +301,7 @@ class HFPolicy:
         device = self.device
         was_training = self.model.training
         self.model.eval()
+        self._share_prompts(prompts)
         # The prefill writes C + D positions, each decode step but the last writes one.
         pre = self._prefill(prompts, extra=max(N - 1, 0))
         cache, logits, visible, next_pos = pre.cache, pre.logits, pre.visible, pre.next_pos
