@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
+from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, is_hack
 
 RewardValue = float | bool | RewardResult
 RewardFn = Callable[["Episode"], RewardValue | Awaitable[RewardValue]]
@@ -100,7 +100,7 @@ class Screen:
             flags = list(flags)
         except Exception:
             flags = [SCREENER_ERROR]
-        hacked = any(f != SCREENER_ERROR for f in flags)
+        hacked = is_hack(flags)
         return RewardResult(reward=float(hacked), success=not hacked, flags=flags)
 
 
@@ -263,7 +263,7 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
     """Write rubric results onto trajectories and return batch metrics.
 
     Sets ``reward``, merges ``flags``, records every component as ``metrics["reward/<name>"]``
-    and ``metrics["hacked"]`` (a flag other than ``screener_error``). A skipped result (a
+    and ``metrics["hacked"]`` (a flag that is not a finding, ``types.FINDINGS``). A skipped result (a
     weighted function failed) becomes ``termination=ENV_ERROR`` with the errors in
     ``trajectory.error``: its reward is unknown, so it is excluded from its group, and
     ``reward/skipped_rate`` counts it.
@@ -276,7 +276,7 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
         t.reward = r.reward
         t.flags += [f for f in r.flags if f not in t.flags]
         t.metrics["success"] = float(r.success)
-        t.metrics["hacked"] = float(any(f != SCREENER_ERROR for f in t.flags))
+        t.metrics["hacked"] = float(is_hack(t.flags))
         if r.proxy_success is not None:
             t.metrics["proxy_success"] = float(r.proxy_success)
         for k, v in r.components.items():
@@ -316,7 +316,7 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
         for f in {f for flags in r.info.get("screen_flags", {}).values() for f in flags}:
             metrics[f"screen/{f}"] = metrics.get(f"screen/{f}", 0.0) + 1.0 / n
     hacked = [
-        any(f != SCREENER_ERROR for flags in r.info.get("screen_flags", {}).values() for f in flags)
+        is_hack(f for flags in r.info.get("screen_flags", {}).values() for f in flags)
         for r in results
     ]
     metrics["screen/flagged_rate"] = sum(hacked) / n

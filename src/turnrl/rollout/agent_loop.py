@@ -45,7 +45,7 @@ from turnrl.rollout.context import (
     drop_old_observations,
     summary_context,
 )
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn
+from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn, is_hack
 
 MALFORMED = ("unknown_tool", "bad_arguments")
 
@@ -366,7 +366,7 @@ async def _summarize(
 def grade_metrics(result: RewardResult) -> dict[str, float]:
     """An episode's grade as metrics: true and proxy success, whether it was flagged, and every
     reward component (``reward/NAME``)."""
-    out = {"success": float(result.success), "hacked": float(bool(result.flags))}
+    out = {"success": float(result.success), "hacked": float(is_hack(result.flags))}
     if result.proxy_success is not None:
         out["proxy_success"] = float(result.proxy_success)
     out.update({f"reward/{name}": float(value) for name, value in result.components.items()})

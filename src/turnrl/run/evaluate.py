@@ -44,7 +44,7 @@ from turnrl.run.models import named_model
 from turnrl.run.preflight import check_machine, env_tasks, resolve_precision
 from turnrl.train.export import saved_policy
 from turnrl.train.metrics import MetricsWriter, silence_library_progress
-from turnrl.types import Task, TerminationReason, Trajectory
+from turnrl.types import Task, TerminationReason, Trajectory, is_hack
 from turnrl.view.records import RecordWriter
 
 
@@ -112,7 +112,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
         pass_hat_k=sum(all(v) for v in by_task.values()) / max(len(by_task), 1),
         reward=sum(t.reward for t in trajs) / n,
         turns=sum(len(t.turns) for t in trajs) / n,
-        hack_rate=sum(bool(t.flags) for t in trajs) / n,
+        hack_rate=sum(is_hack(t.flags) for t in trajs) / n,  # tampering, not findings
         truncation_rate=sum(t.truncated for t in trajs) / n,
         k=k,
         episodes=len(trajs),
