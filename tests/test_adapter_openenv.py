@@ -18,8 +18,8 @@ pytest.importorskip("openenv_core", reason="the openenv extra")
 from tests.adapters_support import check_token_exact, play_forced, train_one_step  # noqa: E402
 from turnrl.cli import app  # noqa: E402
 from turnrl.envs.adapters.openenv import OpenEnvFamily  # noqa: E402
-from turnrl.train.config import ConfigError, load_config  # noqa: E402
-from turnrl.train.preflight import preflight  # noqa: E402
+from turnrl.run.config import ConfigError, load_config  # noqa: E402
+from turnrl.run.preflight import preflight  # noqa: E402
 from turnrl.types import TerminationReason, ToolCall  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

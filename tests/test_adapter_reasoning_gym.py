@@ -13,8 +13,8 @@ from tests.adapters_support import check_token_exact, play_forced, train_one_ste
 from turnrl.cli import app  # noqa: E402
 from turnrl.envs.adapters.reasoning_gym import ReasoningGymFamily  # noqa: E402
 from turnrl.envs.registry import make_family  # noqa: E402
-from turnrl.train.config import ConfigError, load_config  # noqa: E402
-from turnrl.train.preflight import preflight  # noqa: E402
+from turnrl.run.config import ConfigError, load_config  # noqa: E402
+from turnrl.run.preflight import preflight  # noqa: E402
 from turnrl.types import TerminationReason, ToolCall  # noqa: E402
 
 

@@ -22,8 +22,8 @@ from turnrl.cli import app  # noqa: E402
 from turnrl.envs.adapters.textarena import TextArenaFamily, load_game  # noqa: E402
 from turnrl.envs.registry import make_family  # noqa: E402
 from turnrl.envs.scripted import run_scripted  # noqa: E402
-from turnrl.train.config import ConfigError, load_config  # noqa: E402
-from turnrl.train.preflight import preflight  # noqa: E402
+from turnrl.run.config import ConfigError, load_config  # noqa: E402
+from turnrl.run.preflight import preflight  # noqa: E402
 from turnrl.types import TerminationReason, ToolCall  # noqa: E402
 
 runner = CliRunner()

@@ -18,9 +18,10 @@ vf = pytest.importorskip("verifiers", reason="the verifiers extra")
 from tests.adapters_support import check_token_exact, play_forced, train_one_step  # noqa: E402
 from turnrl.cli import app  # noqa: E402
 from turnrl.envs.registry import make_family  # noqa: E402
-from turnrl.rewards.rubric import Episode, build_rubric  # noqa: E402
-from turnrl.train.config import ConfigError, load_config  # noqa: E402
-from turnrl.train.preflight import preflight  # noqa: E402
+from turnrl.rewards.pipeline import build_rubric  # noqa: E402
+from turnrl.rewards.rubric import Episode  # noqa: E402
+from turnrl.run.config import ConfigError, load_config  # noqa: E402
+from turnrl.run.preflight import preflight  # noqa: E402
 from turnrl.types import TerminationReason, ToolCall  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -85,6 +85,28 @@ def test_same_samples_with_and_without_cache(model_and_pad):
     assert off.prefix_cache.hits == 0 and len(off.prefix_cache) == 0
 
 
+def test_a_group_prompt_is_prefilled_once(model_and_pad):
+    """A task group's first turn: rows with one prompt run it through the model once (its KV
+    kept), then one token each; samples and logprobs are those of prefilling every row."""
+    model, pad = model_and_pad
+    gen = torch.Generator().manual_seed(2)
+    a, b = random_ids(gen, 60), random_ids(gen, 45)
+    prompts = [a, a, a, b, b, random_ids(gen, 50)]  # two groups and a row of its own
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=STOPS)
+    on, off = HFPolicy(model, pad), HFPolicy(model, pad, prefix_cache_tokens=0)
+    widths = []
+    hook = model.model.layers[0].register_forward_hook(lambda m, i, o: widths.append(i[0].shape))
+    got = on.generate_batch(prompts, params, seeds=list(range(6)))
+    hook.remove()
+    want = off.generate_batch(prompts, params, seeds=list(range(6)))
+    assert widths[0] == (2, 59, 64)  # a[:-1] and b[:-1] (left-padded), once each
+    assert widths[1] == (6, 50, 64)  # then a token of each grouped row; the lone row whole
+    assert on.prefix_cache.hits == 5 and on.prefix_cache.reused_tokens == 3 * 59 + 2 * 44
+    for x, y in zip(got, want):
+        assert x.token_ids == y.token_ids and x.stopped == y.stopped
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+
+
 def test_cached_logprobs_match_score(model_and_pad):
     model, pad = model_and_pad
     policy = HFPolicy(model, pad)

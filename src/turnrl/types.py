@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -175,6 +176,17 @@ class Trajectory:
                     assert t.action_end <= end and start <= t.obs_start <= t.obs_end <= end, (
                         f"turn spans cross the segment boundary at {end}"
                     )
+
+
+# Flags that record a finding about an episode, not an attempt to cheat: a screener that
+# failed, a fix that passes only the visible tests, a reward that was not a number. They stay
+# on the trajectory and in its record, but never count as a hack (``hack_rate``, ``hacked``).
+FINDINGS = frozenset({"screener_error", "visible_only", "non_finite_reward"})
+
+
+def is_hack(flags: Iterable[str]) -> bool:
+    """Some flag is evidence of tampering or looked-up answers, not only a finding."""
+    return any(f not in FINDINGS for f in flags)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 :func:`score_trajectories` is the one place a reward is decided, for training and evaluation
 alike. Each finished episode's grade (``trajectory.graded``) goes through the run's rubric
-(:func:`build_rubric`: the env's grade, the episode screeners, any functions the config adds),
+(:func:`turnrl.rewards.pipeline.build_rubric`: the env's grade, the episode screeners, any
+functions the config adds),
 and the result is written onto the trajectory. An episode the env could not grade (an env
 error, the wall clock, a lost worker) is not scored: it keeps ``reward`` 0.0 as a placeholder,
 ``trajectory.excluded`` is true, and the trainer leaves it out of its group by default.
@@ -30,13 +31,12 @@ unknown. A metric-only function that raises is recorded and nothing is skipped.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
+from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, is_hack
 
 RewardValue = float | bool | RewardResult
 RewardFn = Callable[["Episode"], RewardValue | Awaitable[RewardValue]]
@@ -100,7 +100,7 @@ class Screen:
             flags = list(flags)
         except Exception:
             flags = [SCREENER_ERROR]
-        hacked = any(f != SCREENER_ERROR for f in flags)
+        hacked = is_hack(flags)
         return RewardResult(reward=float(hacked), success=not hacked, flags=flags)
 
 
@@ -263,7 +263,7 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
     """Write rubric results onto trajectories and return batch metrics.
 
     Sets ``reward``, merges ``flags``, records every component as ``metrics["reward/<name>"]``
-    and ``metrics["hacked"]`` (a flag other than ``screener_error``). A skipped result (a
+    and ``metrics["hacked"]`` (a flag that is not a finding, ``types.FINDINGS``). A skipped result (a
     weighted function failed) becomes ``termination=ENV_ERROR`` with the errors in
     ``trajectory.error``: its reward is unknown, so it is excluded from its group, and
     ``reward/skipped_rate`` counts it.
@@ -276,7 +276,7 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
         t.reward = r.reward
         t.flags += [f for f in r.flags if f not in t.flags]
         t.metrics["success"] = float(r.success)
-        t.metrics["hacked"] = float(any(f != SCREENER_ERROR for f in t.flags))
+        t.metrics["hacked"] = float(is_hack(t.flags))
         if r.proxy_success is not None:
             t.metrics["proxy_success"] = float(r.proxy_success)
         for k, v in r.components.items():
@@ -316,7 +316,7 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
         for f in {f for flags in r.info.get("screen_flags", {}).values() for f in flags}:
             metrics[f"screen/{f}"] = metrics.get(f"screen/{f}", 0.0) + 1.0 / n
     hacked = [
-        any(f != SCREENER_ERROR for flags in r.info.get("screen_flags", {}).values() for f in flags)
+        is_hack(f for flags in r.info.get("screen_flags", {}).values() for f in flags)
         for r in results
     ]
     metrics["screen/flagged_rate"] = sum(hacked) / n
@@ -324,44 +324,3 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
     for reason in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT):
         metrics[f"reward/{reason.value}_rate"] = sum(t.termination is reason for t in trajs) / n
     return metrics
-
-
-def load_function(path: str) -> Any:
-    """``"pkg.module:name"`` -> that object (a reward function for a rubric)."""
-    module, sep, attr = path.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{path!r}: expected an import path 'package.module:function'")
-    try:
-        obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{path!r}: {type(e).__name__}: {e}") from None
-    if not callable(obj) and not isinstance(obj, GroupRewardFn):
-        raise ValueError(f"{path!r} is not callable")
-    return obj
-
-
-def build_rubric(
-    functions: dict[str, float] | None = None,
-    *,
-    grade_weight: float = 1.0,
-    screeners: bool = True,
-    zero_flagged: bool = True,
-    env_members: Sequence[tuple[Any, float]] | None = None,
-) -> Rubric:
-    """The run's rubric: the env's grade (``grade_weight``), the rule-based episode screener
-    (``screeners``; a flagged episode gets 0 when ``zero_flagged``), and ``functions``, reward
-    functions by import path with their weights (0 = metric only). ``env_members``: the env's
-    own reward functions with their weights (a verifiers rubric), in place of its grade, each
-    weight times ``grade_weight``."""
-    from turnrl.rewards.screeners import RuleScreener
-    from turnrl.rewards.sources import env_reward
-
-    members: list[tuple[Any, float]] = (
-        [(fn, w * grade_weight) for fn, w in env_members]
-        if env_members is not None
-        else [(env_reward, grade_weight)]
-    )
-    if screeners:
-        members.append((Screen(RuleScreener(), zero=zero_flagged), 0.0))
-    members += [(load_function(path), w) for path, w in (functions or {}).items()]
-    return Rubric(members)

@@ -45,7 +45,7 @@ from turnrl.rollout.context import (
     drop_old_observations,
     summary_context,
 )
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn
+from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn, is_hack
 
 MALFORMED = ("unknown_tool", "bad_arguments")
 
@@ -370,7 +370,7 @@ async def _summarize(
 def grade_metrics(result: RewardResult) -> dict[str, float]:
     """An episode's grade as metrics: true and proxy success, whether it was flagged, and every
     reward component (``reward/NAME``)."""
-    out = {"success": float(result.success), "hacked": float(bool(result.flags))}
+    out = {"success": float(result.success), "hacked": float(is_hack(result.flags))}
     if result.proxy_success is not None:
         out["proxy_success"] = float(result.proxy_success)
     out.update({f"reward/{name}": float(value) for name, value in result.components.items()})
@@ -396,8 +396,14 @@ async def collect(
 
 
 def default_sampling(
-    renderer: ChatRenderer, temperature: float = 1.0, top_p: float = 1.0
+    renderer: ChatRenderer,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int | None = None,
 ) -> SamplingParams:
+    """Sampling that stops at the end of the assistant's turn. ``max_new_tokens`` None: the
+    params' default (the agent loop asks for at most the episode's per-turn budget anyway)."""
+    extra = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     return SamplingParams(
-        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,)
+        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,), **extra
     )

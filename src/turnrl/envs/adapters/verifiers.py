@@ -342,7 +342,7 @@ class VerifiersFamily:
     def rubric_members(self) -> list[tuple[VerifiersMember, float]]:
         """The env's rubric as turnrl rubric members: one per verifiers function, reading its
         score from the grade, with its verifiers weight (0: a metric). The run's rubric uses
-        them in place of the grade (:func:`turnrl.rewards.rubric.build_rubric`)."""
+        them in place of the grade (:func:`turnrl.rewards.pipeline.build_rubric`)."""
         r = self.vf_env.rubric
         names, weights = r._get_reward_func_names(), r._get_reward_weights()
         return [(VerifiersMember(n), float(w)) for n, w in zip(names, weights)]
