@@ -6,9 +6,10 @@ chat template (loss_mask 0). Nothing is ever decoded and re-encoded, so the trai
 very tokens that were sampled.
 
 Episode endings (see ``TerminationReason``): the env says the task is done (DONE); the turn cap
-or the env's own step limit (MAX_TURNS: a step result with ``truncated``); the token budget (CONTEXT_LIMIT: the next generation or observation would not
-fit, and it is not appended); the wall clock (TIMEOUT); an env exception (ENV_ERROR, message
-kept); too many malformed tool calls (PARSE_ERRORS). Errors never escape an episode.
+or the env's own step limit (MAX_TURNS: a step result with ``truncated``); the token budget
+(CONTEXT_LIMIT: the next generation or observation would not fit, and it is not appended); the
+wall clock (TIMEOUT); an env exception (ENV_ERROR, message kept); too many malformed tool calls
+(PARSE_ERRORS). Errors never escape an episode.
 
 A reply with no tool call at all is, for an env that declares ``final_answer``, its final
 answer: it goes to the env's ``answer(text)``, and the episode ends there (DONE) when the env
