@@ -10,6 +10,7 @@ import torch
 
 from turnrl.policy.base import Generation, SamplingParams
 from turnrl.policy.hf import (
+    CachedPrefix,
     HFPolicy,
     PrefixCache,
     draw_noise,
@@ -144,11 +145,14 @@ def test_budget_caps_the_cache(model_and_pad):
 
 def test_prefix_cache_lookup_and_eviction():
     cache = PrefixCache(max_tokens=100, key_len=4)
-    kv = torch.zeros(1, 2, 1, 1, 1)
-    cache.put(list(range(10)), kv)
-    cache.put(list(range(20)), kv)
-    cache.put([9] * 3, kv)  # shorter than key_len: not kept
-    cache.put(list(range(200)), kv)  # larger than the budget: not kept
+
+    def entry(tokens: list[int]) -> CachedPrefix:  # the lookup reads tokens only
+        return CachedPrefix(tokens, cache=None, row=0, spans=((0, len(tokens)),))
+
+    cache.put(entry(list(range(10))))
+    cache.put(entry(list(range(20))))
+    cache.put(entry([9] * 3))  # shorter than key_len: not kept
+    cache.put(entry(list(range(200))))  # larger than the budget: not kept
     assert len(cache) == 2 and cache.tokens == 30
     hit = cache.longest_prefix(list(range(25)))
     assert cache.get(hit).tokens == list(range(20))
@@ -157,7 +161,7 @@ def test_prefix_cache_lookup_and_eviction():
     assert cache.longest_prefix(list(range(5))) is None
     cache.pop(hit)
     assert len(cache) == 1 and cache.tokens == 10
-    cache.put([1] * 95, kv)  # evicts the oldest to fit
+    cache.put(entry([1] * 95))  # evicts the oldest to fit
     assert len(cache) == 1 and cache.tokens == 95
 
 
