@@ -106,7 +106,7 @@ def renderer() -> ChatRenderer:
 
 def test_local_and_endpoint_eval_score_an_episode_alike(renderer, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    overrides = [f"env.name={ENV}", "env.eval_tasks=3", f"runs_dir={tmp_path}"]
+    overrides = ["model.name=tiny", f"env.name={ENV}", "env.eval_tasks=3", f"runs_dir={tmp_path}"]
     cfg = load_config(None, overrides)
     check_machine(cfg, training=False)
     family, _, tasks = env_tasks(cfg, train=False)
@@ -161,7 +161,13 @@ def test_endpoint_eval_reads_env_tasks(tmp_path, monkeypatch):
         out = tmp_path / "eval.json"
         r = CliRunner().invoke(
             app,
-            ["eval", f"env.name={ENV}", f"env.tasks={tasks_file}", "env.eval_tasks=2"]
+            [
+                "eval",
+                "model.name=tiny",
+                f"env.name={ENV}",
+                f"env.tasks={tasks_file}",
+                "env.eval_tasks=2",
+            ]
             + ["--endpoint", stub.url, "--model", "stub", "--no-baselines", "--out", str(out)]
             + ["--records", str(tmp_path / "rec")],
         )

@@ -179,6 +179,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(aggregation, ratio_l
     cfg = load_config(
         None,
         [
+            "model.name=tiny",
             "env.name=guess",
             f"algo.advantage={advantage}",
             f"algo.aggregation={aggregation}",
@@ -314,7 +315,13 @@ def test_non_finite_reward_is_flagged_masked_and_never_reaches_the_weights(
 ):
     cfg = load_config(
         None,
-        ["env.name=guess", f"algo.advantage={advantage}", f"algo.truncation={truncation}", *extra],
+        [
+            "model.name=tiny",
+            "env.name=guess",
+            f"algo.advantage={advantage}",
+            f"algo.truncation={truncation}",
+            *extra,
+        ],
     )
     rng = random.Random(0)
     trajs = [
@@ -359,7 +366,7 @@ def test_non_finite_reward_is_flagged_masked_and_never_reaches_the_weights(
 
 
 def test_non_finite_gradient_skips_the_optimizer_step():
-    cfg = load_config(None, ["env.name=guess"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess"])
     batch = uneven_batch()
     model = tiny_lm(torch.float32)
     with torch.no_grad():
@@ -375,7 +382,7 @@ def test_non_finite_gradient_skips_the_optimizer_step():
 
 
 def test_no_signal_step_says_so():
-    cfg = load_config(None, ["env.name=guess"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess"])
     rng = random.Random(0)
     trajs = [trajectory(rng, "a", 2, [(2, 0)], 1.0) for _ in range(4)]
     logs: list[str] = []
@@ -428,7 +435,13 @@ def test_critic_learns_the_value_of_a_toy_env():
     must make V at both turn boundaries approach the expected return of the state."""
     cfg = load_config(
         None,
-        ["env.name=guess", "algo.advantage=gae_turn", "optim.lr=0.01", "optim.micro_batch_size=4"],
+        [
+            "model.name=tiny",
+            "env.name=guess",
+            "algo.advantage=gae_turn",
+            "optim.lr=0.01",
+            "optim.micro_batch_size=4",
+        ],
     )
     model = tiny_lm(torch.float32)
     critic = TurnCritic.sharing(model)
@@ -468,7 +481,7 @@ def test_critic_learns_the_value_of_a_toy_env():
 
 def test_entropy_metric_is_the_mean_token_entropy_once():
     """A model with a zero output layer is uniform: every token's entropy is exactly ln V."""
-    cfg = load_config(None, ["env.name=guess", "optim.micro_batch_size=2"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess", "optim.micro_batch_size=2"])
     model = tiny_lm(torch.float32)
     with torch.no_grad():
         model.lm_head.weight.zero_()
@@ -514,6 +527,7 @@ def test_logged_metrics_do_not_depend_on_micro_batching():
         cfg = load_config(
             None,
             [
+                "model.name=tiny",
                 "env.name=guess",
                 "algo.advantage=gae_turn",
                 "algo.aggregation=seq-mean-token-mean",

@@ -225,11 +225,11 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
             bad.append(str(e))
     if bad:
         problems.append("reward.functions: " + "; ".join(bad))
-    if cfg.rollout.backend == "vllm":
+    if cfg.rollout.sampler == "vllm":
         from turnrl.policy.vllm import NEEDS, vllm_available
 
         if not vllm_available():
-            problems.append(f"rollout.backend: {NEEDS}")
+            problems.append(f"rollout.sampler: {NEEDS}")
     if training:
         problems += check_trainer(cfg, launched_world())
     if problems:
@@ -287,8 +287,8 @@ def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
     where = f"with {world} processes (WORLD_SIZE={world})"
     if world > 1 and strategy == "none":
         problems.append(f"trainer.strategy=none {where}: choose ddp or fsdp2 (or auto)")
-    if world > 1 and cfg.rollout.backend == "vllm":
-        problems.append(f"rollout.backend=vllm {where}: one trainer process only (use hf)")
+    if world > 1 and cfg.rollout.sampler == "vllm":
+        problems.append(f"rollout.sampler=vllm {where}: one trainer process only (use hf)")
     if strategy == "fsdp2" and cfg.algo.advantage == "gae_turn":
         problems.append(
             "trainer.strategy=fsdp2 with algo.advantage=gae_turn: the critic's value head is not "

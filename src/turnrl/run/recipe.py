@@ -109,7 +109,7 @@ def train(
     run.start(full, tokenizer, start_step, train_tasks)
     sampler = sampler_of(cfg, run.path, full, policy)
     # asynchronous or Ray rollouts: one producer, on rank 0; the other ranks get its batches
-    producer = cfg.mode != "sync" or cfg.distributed.backend != "local"
+    producer = cfg.max_staleness > 0 or cfg.rollout.workers != "local"
     source = NoRollouts()
     if d.main or not producer:
         source = rollout_source(
