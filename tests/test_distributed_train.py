@@ -25,7 +25,8 @@ from transformers import LlamaForCausalLM
 from tests.test_step import tiny_lm, uneven_batch
 from turnrl.algo.critic import TurnCritic
 from turnrl.run.config import load_config
-from turnrl.run.preflight import check_trainer, resolve_precision, resolve_strategy
+from turnrl.run.device import resolve_precision
+from turnrl.run.preflight import check_trainer, resolve_strategy
 from turnrl.run.recipe import train
 from turnrl.train.parallel import Dist, Scorer, ShardError, shard
 from turnrl.train.step import train_on_batch

@@ -16,7 +16,6 @@ from turnrl.algo.losses import sequence_logprobs, token_entropy
 from turnrl.run.config import load_config
 from turnrl.train.batch import collate
 from turnrl.train.step import (
-    flag_non_finite,
     micro_batches,
     minibatch_loss,
     minibatch_totals,
@@ -310,7 +309,7 @@ def test_totals_count_tokens_and_nonempty_rows():
 @pytest.mark.parametrize("truncation", ["mask", "zero"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("extra", [[], ["algo.kl_coef=0.1", "algo.entropy_coef=0.01"]])
-def test_non_finite_reward_is_flagged_masked_and_never_reaches_the_weights(
+def test_non_finite_reward_is_masked_and_never_reaches_the_weights(
     advantage, truncation, bad, extra
 ):
     cfg = load_config(
@@ -334,10 +333,9 @@ def test_non_finite_reward_is_flagged_masked_and_never_reaches_the_weights(
         trajectory(rng, "a", 2, [(2, 0)], 0.0),
     ]
     trajs[1].turns[0].reward = -bad  # a poisoned per-turn reward too
+    # (the rubric flags such an episode and leaves it out of its group before training:
+    # tests/test_rewards.py; here the trainer's own guard, should one get through)
     logs: list[str] = []
-    assert flag_non_finite(trajs, "guess", logs.append) == 2
-    assert "non_finite_reward" in trajs[2].flags and "non_finite_reward" in trajs[1].flags
-    assert "env guess task a" in logs[0] and len(logs) == 2
     batch = collate(trajs, pad_id=0)
     model = tiny_lm(torch.float32)
     ref = tiny_lm(torch.float32, seed=1).requires_grad_(False) if cfg.algo.kl_coef else None

@@ -372,6 +372,18 @@ def test_earlier_keys_for_where_work_runs_are_refused_naming_their_successors(tm
     f.write_text(yaml.safe_dump({"mode": "sync", "rollout": {"group_size": 4}}))
     with pytest.raises(ConfigError, match=r"^mode: removed; asynchronous rollouts are "):
         load_config(f)
+    with pytest.raises(ConfigError) as e:  # per-turn shaping is the rubric's
+        load_config(None, ["env.name=tools", "env.options={progress_reward: true}"])
+    assert str(e.value) == (
+        "env.options.progress_reward: moved to the rubric: reward.shaping={progress: 1.0}"
+    )
+    # ... and translated in a run's saved config (what turnrl eval/export/--resume read)
+    from turnrl.run.config import TrainConfig, upgrade_saved
+
+    saved = load_config(None, ["env.name=tools"]).model_dump()
+    saved["env"]["options"]["progress_reward"] = True
+    upgraded = TrainConfig.model_validate(upgrade_saved(saved))
+    assert upgraded.reward.shaping == {"progress": 1.0} and upgraded.env.options == {}
     assert not list(tmp_path.glob("run*"))
 
 

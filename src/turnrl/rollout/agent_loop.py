@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +70,9 @@ class EpisodeRequest:
 
 class EpisodeLog:
     """The bookkeeping both agent loops share (this one and the endpoint's,
-    :mod:`turnrl.rollout.endpoint_agent`): the episode's wall clock, its tool calls' effect on
-    the turn, how it ended, the env's grade, closing the env, and the Trajectory it becomes."""
+    :mod:`turnrl.rollout.endpoint_agent`): the episode's wall clock, what the env reported of
+    each turn (its steps' rewards, the state's anchor and measures, malformed calls), how the
+    episode ended, the env's grade, closing the env, and the Trajectory it becomes."""
 
     def __init__(self, timeout_s: float) -> None:
         self.start = time.monotonic()
@@ -81,6 +82,7 @@ class EpisodeLog:
         self.result: RewardResult | None = None
         self.parse_errors = 0  # malformed actions and calls the env rejected as malformed
         self.env_time = 0.0  # seconds inside env.step
+        self.reset_measures: dict[str, float] = {}
 
     def remaining(self) -> float:
         """Seconds left on the episode's clock; raises TimeoutError once it ran out."""
@@ -89,18 +91,50 @@ class EpisodeLog:
             raise asyncio.TimeoutError
         return left
 
+    async def reset(self, env: ToolEnv, task: Task) -> list[dict[str, Any]]:
+        """Start the episode under the clock and measure where it starts; the opening
+        messages (the env's instructions, then the task statement)."""
+        first = await asyncio.wait_for(env.reset(task), self.remaining())
+        self.measure(env)
+        return [
+            {"role": "system", "content": env.instructions},
+            {"role": "user", "content": first},
+        ]
+
     async def step(self, env: ToolEnv, call: ToolCall, turn: Turn) -> StepResult:
         """Run one tool call under the clock and record it on ``turn``: its reward, the state
         it left (the anchor), and whether the env rejected it as malformed."""
         t0 = time.monotonic()
         step = await asyncio.wait_for(env.step(call), self.remaining())
         self.env_time += time.monotonic() - t0
-        turn.reward += step.reward
+        turn.env_reward += step.reward
         turn.anchor = step.info.get("anchor", step.observation)
         if step.info.get("error") in MALFORMED:
             self.parse_errors += 1
             turn.malformed = True
         return step
+
+    def measure(self, env: ToolEnv, turn: Turn | None = None) -> None:
+        """What the env measures of its state, after reset (no ``turn``) or after ``turn``."""
+        measures = {k: float(v) for k, v in env.measure().items()}
+        if turn is None:
+            self.reset_measures = measures
+        else:
+            turn.measures = measures
+
+    def turn_ends_episode(
+        self, env: ToolEnv, turn: Turn, terminated: bool, max_parse_errors: int
+    ) -> bool:
+        """After a turn: measure the env's state, and whether the episode ends here (the env
+        said the task is done, or too many malformed actions), recording why."""
+        self.measure(env, turn)
+        if terminated:
+            self.termination = TerminationReason.DONE
+        elif self.parse_errors >= max_parse_errors:
+            self.termination = TerminationReason.PARSE_ERRORS
+        else:
+            return False
+        return True
 
     async def grade(self, env: ToolEnv) -> None:
         """The env's grade of the finished episode (at least a second, even on a spent clock)."""
@@ -155,6 +189,7 @@ class EpisodeLog:
             flags=list(result.flags) if result is not None else [],
             messages=messages,
             graded=result,
+            reset_measures=self.reset_measures,
             **tokens,
         )
 
@@ -243,11 +278,7 @@ async def run_episode(
     batcher.episode_started()
     try:
         try:
-            first = await asyncio.wait_for(env.reset(request.task), remaining())
-            messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": first},
-            ]
+            messages = await log.reset(env, request.task)
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
             asked = False  # the last observation asked for a summary
@@ -293,7 +324,7 @@ async def run_episode(
                 except ParseError as e:
                     if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
                         step = await asyncio.wait_for(env.answer(action), remaining())
-                        turn.reward += step.reward
+                        turn.env_reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
                         terminated = step.terminated
                         observations.append(step.observation)  # shown if the env goes on
@@ -313,11 +344,7 @@ async def run_episode(
                             break
                         if step.truncated:
                             break
-                if terminated:
-                    log.termination = TerminationReason.DONE
-                    break
-                if log.parse_errors >= limits.max_parse_errors:
-                    log.termination = TerminationReason.PARSE_ERRORS
+                if log.turn_ends_episode(env, turn, terminated, limits.max_parse_errors):
                     break
                 obs_messages = [
                     tool_message(
@@ -441,11 +468,24 @@ async def collect(
     max_concurrency: int = 64,
 ) -> list[Trajectory]:
     """Run all episodes concurrently (at most ``max_concurrency`` at once), in request order."""
+
+    async def play(req: EpisodeRequest) -> Trajectory:
+        return await run_episode(make_env(), req, renderer, batcher, limits)
+
+    return await in_order(requests, play, max_concurrency)
+
+
+async def in_order(
+    requests: list[EpisodeRequest],
+    play: Callable[[EpisodeRequest], Awaitable[Trajectory]],
+    max_concurrency: int,
+) -> list[Trajectory]:
+    """``play`` every request, at most ``max_concurrency`` at once; results in request order."""
     gate = asyncio.Semaphore(max_concurrency)
 
     async def one(req: EpisodeRequest) -> Trajectory:
         async with gate:
-            return await run_episode(make_env(), req, renderer, batcher, limits)
+            return await play(req)
 
     return list(await asyncio.gather(*(one(r) for r in requests)))
 

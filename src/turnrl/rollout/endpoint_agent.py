@@ -26,7 +26,7 @@ from typing import Any
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
-from turnrl.rollout.agent_loop import EpisodeLog, EpisodeRequest, RolloutLimits
+from turnrl.rollout.agent_loop import EpisodeLog, EpisodeRequest, RolloutLimits, in_order
 from turnrl.types import TerminationReason, ToolCall, Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # observations are clipped by characters: there is no tokenizer of ours
@@ -78,11 +78,7 @@ async def run_endpoint_episode(
 
     try:
         try:
-            first = await asyncio.wait_for(env.reset(request.task), remaining())
-            messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": first},
-            ]
+            messages = await log.reset(env, request.task)
             tools = env.tool_schemas()
             for _ in range(limits.max_turns):
                 (reply,) = await asyncio.wait_for(chat.reply(messages, tools=tools), remaining())
@@ -145,11 +141,7 @@ async def run_endpoint_episode(
                                 ),
                             }
                         )
-                if terminated:
-                    log.termination = TerminationReason.DONE
-                    break
-                if log.parse_errors >= limits.max_parse_errors:
-                    log.termination = TerminationReason.PARSE_ERRORS
+                if log.turn_ends_episode(env, turn, terminated, limits.max_parse_errors):
                     break
             await log.grade(env)
         except asyncio.TimeoutError:
@@ -175,10 +167,8 @@ async def collect_endpoint(
     max_concurrency: int = 8,
 ) -> list[Trajectory]:
     """All episodes, at most ``max_concurrency`` requests in flight, in request order."""
-    gate = asyncio.Semaphore(max_concurrency)
 
-    async def one(req: EpisodeRequest) -> Trajectory:
-        async with gate:
-            return await run_endpoint_episode(make_env(), req, chat, limits)
+    async def play(req: EpisodeRequest) -> Trajectory:
+        return await run_endpoint_episode(make_env(), req, chat, limits)
 
-    return list(await asyncio.gather(*(one(r) for r in requests)))
+    return await in_order(requests, play, max_concurrency)

@@ -70,7 +70,11 @@ def rubric_of(cfg: TrainConfig) -> Rubric:
     decided."""
     r = cfg.reward
     return build_rubric(
-        r.functions, grade_weight=r.grade_weight, screeners=r.screeners, zero_flagged=r.zero_flagged
+        r.functions,
+        grade_weight=r.grade_weight,
+        shaping=r.shaping,
+        screeners=r.screeners,
+        zero_flagged=r.zero_flagged,
     )
 
 

@@ -214,7 +214,13 @@ class RewardConfig(Strict):
     """How a reward is decided: ``env.grade()`` -> a rubric -> ``trajectory.reward``
     (:func:`turnrl.rewards.pipeline.build_rubric`)."""
 
-    grade_weight: float = 1.0  # the env's own grade in the rubric (0: logged, not rewarded)
+    # the env's own grade, and the rewards its steps returned, in the rubric (0: logged only)
+    grade_weight: float = 1.0
+    # per-turn rewards from what the env measures of its state (env.measure()): measure name ->
+    # weight; a turn gets weight x the measure's change over it (potential-based shaping).
+    # The tools and user envs measure progress: {progress: 1.0} rewards each step towards the
+    # goal, and an episode's shaped rewards sum to its final progress
+    shaping: dict[str, float] = {}
     screeners: bool = True  # rule-based episode screeners (test edits, exit calls, grader access)
     zero_flagged: bool = True  # a screened-out episode gets reward 0
     # more rubric members: "package.module:function" -> weight (0 = logged, not rewarded)
@@ -466,6 +472,7 @@ MOVED = {
     "mode": "removed; asynchronous rollouts are max_staleness=N (N >= 1; 0 is synchronous)",
     "rollout.backend": "renamed rollout.sampler (hf or vllm)",
     "distributed.backend": "renamed rollout.workers (local or ray)",
+    "env.options.progress_reward": "moved to the rubric: reward.shaping={progress: 1.0}",
 }
 _MISSING = object()
 
@@ -482,8 +489,15 @@ def _lookup(data: dict[str, Any], dotted: str) -> Any:
 def upgrade_saved(data: dict[str, Any]) -> dict[str, Any]:
     """A run's saved config.yaml written by an earlier version, in today's keys: ``mode`` ->
     ``max_staleness`` (0 when it was sync), ``rollout.backend`` -> ``rollout.sampler``,
-    ``distributed.backend`` -> ``rollout.workers``, ``distributed.*`` -> ``ray.*``."""
+    ``distributed.backend`` -> ``rollout.workers``, ``distributed.*`` -> ``ray.*``,
+    ``env.options.progress_reward`` -> ``reward.shaping``."""
     data = dict(data)
+    env = dict(data.get("env") or {})
+    options = dict(env.get("options") or {})
+    if "progress_reward" in options:
+        if options.pop("progress_reward"):
+            data["reward"] = {**(data.get("reward") or {}), "shaping": {"progress": 1.0}}
+        data["env"] = {**env, "options": options}
     rollout = dict(data.get("rollout") or {})
     if "mode" in data:
         if data.pop("mode") == "sync":

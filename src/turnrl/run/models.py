@@ -43,7 +43,7 @@ def load_pretrained(
     """A pretrained model and its tokenizer (+ LoRA adapters, + the SFT warm start when
     ``sft.enabled``)."""
     from turnrl.policy.models import load_model, load_tokenizer, with_lora
-    from turnrl.run.preflight import resolve_precision
+    from turnrl.run.device import resolve_precision
     from turnrl.train.export import tokenizer_source
     from turnrl.train.sft import demonstrations, train_demos
 

@@ -34,6 +34,7 @@ from turnrl.envs.registry import (
 from turnrl.envs.task_files import check_tasks_source
 from turnrl.rewards.pipeline import load_function
 from turnrl.run.config import ConfigError, TrainConfig, load_config
+from turnrl.run.device import on_cuda
 from turnrl.run.models import MODELS, named_model
 from turnrl.types import Task
 
@@ -265,19 +266,6 @@ def resolve_strategy(cfg: TrainConfig, world: int) -> str:
     if s != "auto":
         return s
     return "fsdp2" if on_cuda(cfg) else "ddp"
-
-
-def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
-    """bf16 compute (``trainer.mixed_precision``; ``auto``: on CUDA only), or None for none."""
-    mp = cfg.trainer.mixed_precision
-    if mp == "auto":
-        return torch.bfloat16 if on_cuda(cfg) else None
-    return torch.bfloat16 if mp == "bf16" else None
-
-
-def on_cuda(cfg: TrainConfig) -> bool:
-    device = cfg.model.device
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
 
 
 def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
