@@ -300,15 +300,17 @@ def test_bad_context_config_from_the_cli_exits_2_before_writing(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "strategy, estimator, mode",
+    "strategy, estimator, staleness",
     [
-        ("truncate", "grpo", "sync"),
-        ("drop_observations", "gigpo", "sync"),
-        ("summarize", "gae_turn", "sync"),
-        ("summarize", "grpo", "async"),
+        ("truncate", "grpo", 0),
+        ("drop_observations", "gigpo", 0),
+        ("summarize", "gae_turn", 0),
+        ("summarize", "grpo", 1),  # asynchronous rollouts
     ],
 )
-def test_one_training_step_with_each_strategy(strategy, estimator, mode, tmp_path, monkeypatch):
+def test_one_training_step_with_each_strategy(
+    strategy, estimator, staleness, tmp_path, monkeypatch
+):
     """The real loop: rollouts with the strategy, one row per segment in the step, the
     trajectory records joined back per episode."""
     import gzip
@@ -325,7 +327,7 @@ def test_one_training_step_with_each_strategy(strategy, estimator, mode, tmp_pat
             "env.eval_tasks=2",
             f"runs_dir={tmp_path}",
             "steps=1",
-            f"mode={mode}",
+            f"max_staleness={staleness}",
             "rollout.tasks_per_step=2",
             "rollout.group_size=2",
             "rollout.max_turns=6",
