@@ -18,7 +18,6 @@ from turnrl.run.config import load_config
 from turnrl.run.recipe import train
 
 GUESS = [
-    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=2",
@@ -38,6 +37,7 @@ GUESS = [
     "threads=1",
 ]
 TINY = [
+    "model.name=tiny",
     "sft.enabled=true",
     "sft.episodes=16",
     "sft.epochs=1",
