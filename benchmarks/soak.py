@@ -1,6 +1,6 @@
 """Soak test: a long tiny run with faults injected at random, then an audit of what it wrote.
 
-The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``distributed.backend=ray``),
+The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``rollout.workers=ray``),
 so all four kinds of fault have something to hit. Training episodes are chosen at random (seeded)
 to carry a fault that fires at their first tool call:
 
@@ -52,10 +52,10 @@ STEPS_ARGS = [
     "threads=1",
     "optim.minibatch_size=8",
     "optim.micro_batch_size=8",
-    "distributed.backend=ray",
-    "distributed.num_workers=2",
-    "distributed.max_retries=2",
-    "distributed.max_replacements=1000",
+    "rollout.workers=ray",
+    "ray.num_workers=2",
+    "ray.max_retries=2",
+    "ray.max_replacements=1000",
     "max_staleness=0",
 ]
 HANG_S = 7.0  # past the episode timeout

@@ -30,6 +30,7 @@ runner = CliRunner()
 # A guess run at smoke-test size whose SFT is 16 epochs x 8 batches = 128 steps (a few seconds).
 SMALL = [
     "name=fast",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=4",

@@ -72,11 +72,6 @@ def place(model: torch.nn.Module, device: str = "auto", dtype: str = "auto") -> 
     return model.to(device=dev, dtype=resolve_dtype(dtype, dev))
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's weights are: inputs for a forward pass go here."""
-    return next(model.parameters()).device
-
-
 def load_tokenizer(name_or_path: str | Path, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 

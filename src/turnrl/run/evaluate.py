@@ -40,8 +40,9 @@ from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.endpoint_agent import collect_endpoint
 from turnrl.run.build import eval_subagent, limits_of, renderer_of, rubric_of, sampling_of
 from turnrl.run.config import ConfigError, TrainConfig
+from turnrl.run.device import resolve_precision
 from turnrl.run.models import named_model
-from turnrl.run.preflight import check_machine, env_tasks, resolve_precision
+from turnrl.run.preflight import check_machine, env_tasks
 from turnrl.train.export import saved_policy
 from turnrl.train.metrics import MetricsWriter, silence_library_progress
 from turnrl.types import Task, TerminationReason, Trajectory, is_hack

@@ -42,7 +42,8 @@ def load_pretrained(
 ) -> tuple[torch.nn.Module, Any]:
     """A pretrained model and its tokenizer (+ LoRA adapters, + the SFT warm start when
     ``sft.enabled``)."""
-    from turnrl.policy.models import load_model, load_tokenizer, mixed_precision, with_lora
+    from turnrl.policy.models import load_model, load_tokenizer, with_lora
+    from turnrl.run.device import resolve_precision
     from turnrl.train.export import tokenizer_source
     from turnrl.train.sft import demonstrations, train_demos
 
@@ -56,7 +57,7 @@ def load_pretrained(
         episodes = demonstrations(cfg, family, train_tasks, log, saved=work / "episodes.pkl")
         train_demos(
             cfg, episodes, model, tok, log,
-            checkpoint=work / "sft.pt", precision=mixed_precision(cfg.trainer.mixed_precision, m.device),
+            checkpoint=work / "sft.pt", precision=resolve_precision(cfg),
         )  # fmt: skip
     return model, tok
 

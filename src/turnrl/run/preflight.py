@@ -32,9 +32,9 @@ from turnrl.envs.registry import (
     supplies_tasks,
 )
 from turnrl.envs.task_files import check_tasks_source
-from turnrl.policy.models import mixed_precision, runs_on_cuda
 from turnrl.rewards.pipeline import load_function
 from turnrl.run.config import ConfigError, TrainConfig, load_config
+from turnrl.run.device import on_cuda
 from turnrl.run.models import MODELS, named_model
 from turnrl.types import Task
 
@@ -226,11 +226,11 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
             bad.append(str(e))
     if bad:
         problems.append("reward.functions: " + "; ".join(bad))
-    if cfg.rollout.backend == "vllm":
+    if cfg.rollout.sampler == "vllm":
         from turnrl.policy.vllm import NEEDS, vllm_available
 
         if not vllm_available():
-            problems.append(f"rollout.backend: {NEEDS}")
+            problems.append(f"rollout.sampler: {NEEDS}")
     if training:
         problems += check_trainer(cfg, launched_world())
     if problems:
@@ -277,15 +277,6 @@ def resolve_strategy(cfg: TrainConfig, world: int) -> str:
     return "fsdp2" if on_cuda(cfg) else "ddp"
 
 
-def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
-    """bf16 compute (``trainer.mixed_precision``; ``auto``: on CUDA only), or None for none."""
-    return mixed_precision(cfg.trainer.mixed_precision, cfg.model.device)
-
-
-def on_cuda(cfg: TrainConfig) -> bool:
-    return runs_on_cuda(cfg.model.device)
-
-
 def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
     """What this many processes cannot train (one line each)."""
     problems = []
@@ -293,8 +284,8 @@ def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
     where = f"with {world} processes (WORLD_SIZE={world})"
     if world > 1 and strategy == "none":
         problems.append(f"trainer.strategy=none {where}: choose ddp or fsdp2 (or auto)")
-    if world > 1 and cfg.rollout.backend == "vllm":
-        problems.append(f"rollout.backend=vllm {where}: one trainer process only (use hf)")
+    if world > 1 and cfg.rollout.sampler == "vllm":
+        problems.append(f"rollout.sampler=vllm {where}: one trainer process only (use hf)")
     if strategy == "fsdp2" and cfg.algo.advantage == "gae_turn":
         problems.append(
             "trainer.strategy=fsdp2 with algo.advantage=gae_turn: the critic's value head is not "

@@ -41,9 +41,10 @@ from turnrl.run.build import (
     wrap_policy,
 )
 from turnrl.run.config import TrainConfig
+from turnrl.run.device import on_cuda, resolve_precision
 from turnrl.run.evaluate import eval_seed, evaluate_policy
 from turnrl.run.models import named_model
-from turnrl.run.preflight import on_cuda, preflight, resolve_precision, resolve_strategy
+from turnrl.run.preflight import preflight, resolve_strategy
 from turnrl.run.rundir import RunDir
 from turnrl.run.sampler import after_update, sampler_of
 from turnrl.train.batch import collate
@@ -55,7 +56,7 @@ from turnrl.train.metrics import (
     trajectory_metrics,
 )
 from turnrl.train.parallel import Dist, init_dist, launched_world
-from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
+from turnrl.train.step import make_critic, train_on_batch, zero_reward_streak
 from turnrl.types import Task
 from turnrl.view.wandb_log import require_wandb
 
@@ -109,7 +110,7 @@ def train(
     run.start(full, tokenizer, start_step, train_tasks)
     sampler = sampler_of(cfg, run.path, full, policy)
     # asynchronous or Ray rollouts: one producer, on rank 0; the other ranks get its batches
-    producer = cfg.mode != "sync" or cfg.distributed.backend != "local"
+    producer = cfg.max_staleness > 0 or cfg.rollout.workers != "local"
     source = NoRollouts()
     if d.main or not producer:
         source = rollout_source(
@@ -131,11 +132,10 @@ def train(
                 step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
             )
             t1 = time.monotonic()
-            reward_metrics = score_trajectories(trajs, rubric)
+            reward_metrics = score_trajectories(trajs, rubric, warn=log)
             trajs, reward_metrics, rollout_metrics = d.gather(
                 trajs, reward_metrics, rollout_metrics
             )
-            flag_non_finite(trajs, cfg.env.name, log)
             zero_streak = zero_reward_streak(zero_streak, trajs, log)
             a = cfg.algo
             batch = collate(

@@ -224,7 +224,7 @@ def run_config(run_dir: Path, overrides: list[str]) -> tuple[TrainConfig, str | 
     not on this machine and was replaced by ``auto`` (no override named a device)."""
     from turnrl.run.preflight import check_device
 
-    cfg = load_config(run_dir / "config.yaml", overrides)
+    cfg = load_config(run_dir / "config.yaml", overrides, saved=True)
     picked = any(o.partition("=")[0] == "model.device" for o in overrides)
     if picked or check_device(cfg.model.device) is None:
         return cfg, None
