@@ -7,6 +7,7 @@ the rubric as turnrl members, ``turnrl doctor`` and one ``turnrl train`` step.""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -243,3 +244,9 @@ def test_one_training_step_through_turnrl_train(tmp_path, monkeypatch):
     assert [r["step"] for r in rows if "loss" in r] == [1]
     trained = next(r for r in rows if "loss" in r)
     assert "rubric/correct_answer" in trained and "rubric/reply_length" in trained, sorted(trained)
+
+
+def test_loading_an_env_leaves_the_runs_signal_handlers_alone():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    make_family("verifiers", {"env_id": "vf_arith"})
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

@@ -585,6 +585,7 @@ def zero_reward_streak(streak: int, trajs: list[Trajectory], log: Log, every: in
     if streak and streak % every == 0:
         log(
             f"warning: {streak} steps in a row with every reward 0: nothing to learn from; "
-            "check the warm start, the task difficulty or the reward"
+            "a model that never succeeds needs a warm start (sft.enabled=true) or easier tasks; "
+            "see docs/pretrained.md"
         )
     return streak

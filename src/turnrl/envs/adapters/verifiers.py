@@ -37,6 +37,7 @@ import hashlib
 import inspect
 import json
 import random
+import signal
 import time
 from typing import Any
 
@@ -292,7 +293,12 @@ class VerifiersFamily:
             inspect.signature(loader).bind(**env_args)
         except TypeError as e:
             raise ValueError(f"env.options.env_args: {env_id}: {e}") from None
-        self.vf_env = vf.load_environment(env_id, **env_args)
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.vf_env = vf.load_environment(env_id, **env_args)
+        finally:  # verifiers' Environment takes over Ctrl-C and SIGTERM; the run keeps its own
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         rubric = self.vf_env.rubric
         groups = [n for n, f in zip(rubric._get_reward_func_names(), rubric._get_reward_funcs())
                   if rubric._is_group_func(f)]  # fmt: skip
