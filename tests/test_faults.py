@@ -155,7 +155,7 @@ def test_hanging_sync_tool_ends_its_episode_with_timeout_and_the_rest_go_on(loop
     assert [t.termination for t in trajs] == [TerminationReason.TIMEOUT] + 3 * [
         TerminationReason.DONE
     ]
-    assert trajs[0].error == "episode wall-clock limit reached"
+    assert trajs[0].error == "episode wall-clock limit (2 s) reached in tool 'work' (env slow)"
     assert wall < 15  # the episode timeout fired; the hung thread did not hold the run
     # The hung call's thread cannot be killed: it is counted as stuck until it returns.
     assert blocking_tool_stats()["env/stuck_threads"] >= stuck_before + 1

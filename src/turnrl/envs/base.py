@@ -201,18 +201,65 @@ class ToolEnv:
 
 
 MAX_STUCK_THREADS = 64
-_threads_lock = threading.Lock()
-_threads = {"running": 0, "stuck": 0, "started": 0}
+
+
+class _Slot:
+    """One thread running env code, as :class:`UserThreads` counts it."""
+
+    done = False
+    abandoned = False
+
+
+class UserThreads:
+    """Threads running env code off the event loop (plain tool methods, envs' own event loops,
+    :mod:`turnrl.envs.guard`) and how many of them are stuck: their caller gave up on them (a
+    timeout, a cancellation) but the code has not returned. A thread cannot be killed, so the
+    stuck ones are bounded: with ``MAX_STUCK_THREADS`` stuck, no new thread starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = self.stuck = 0
+
+    def start(self) -> _Slot:
+        with self._lock:
+            if self.stuck >= MAX_STUCK_THREADS:
+                raise RuntimeError(
+                    f"{self.stuck} threads running env code are stuck past their timeouts "
+                    f"(limit {MAX_STUCK_THREADS}); threads cannot be killed, so no more are "
+                    "started: bound the blocking call inside the env (a timeout on its own "
+                    "call) or make it async"
+                )
+            self.running += 1
+        return _Slot()
+
+    def abandon(self, slot: _Slot) -> None:
+        """Nobody waits for ``slot``'s thread any more; stuck until it returns."""
+        with self._lock:
+            if not slot.done and not slot.abandoned:
+                slot.abandoned = True
+                self.stuck += 1
+
+    def finished(self, slot: _Slot) -> bool:
+        """``slot``'s thread returned; whether it had been abandoned."""
+        with self._lock:
+            slot.done = True
+            self.running -= 1
+            if slot.abandoned:
+                self.stuck -= 1
+            return slot.abandoned
+
+
+USER_THREADS = UserThreads()
 
 
 def blocking_tool_stats() -> dict[str, float]:
-    """Threads running plain tool methods now, and how many of them are stuck (their episode
-    gave up on them by timeout or cancellation, but the call has not returned yet)."""
-    with _threads_lock:
-        return {
-            "env/tool_threads": float(_threads["running"]),
-            "env/stuck_threads": float(_threads["stuck"]),
-        }
+    """Threads running env code now (plain tool methods, envs' own event loops), and how many
+    of them are stuck (their episode gave up on them by timeout or cancellation, but the call
+    has not returned yet)."""
+    return {
+        "env/tool_threads": float(USER_THREADS.running),
+        "env/stuck_threads": float(USER_THREADS.stuck),
+    }
 
 
 async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
@@ -225,16 +272,7 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
     """
     loop = asyncio.get_running_loop()
     fut: asyncio.Future = loop.create_future()
-    state = {"done": False, "abandoned": False}
-    with _threads_lock:
-        if _threads["stuck"] >= MAX_STUCK_THREADS:
-            raise RuntimeError(
-                f"{_threads['stuck']} blocking tool calls are stuck past their timeouts "
-                f"(limit {MAX_STUCK_THREADS}); threads cannot be killed, so no more are "
-                "started: bound the blocking call inside the tool or make the tool async"
-            )
-        _threads["running"] += 1
-        _threads["started"] += 1
+    slot = USER_THREADS.start()
 
     def deliver(ok: bool, value: Any) -> None:
         if not fut.done():
@@ -245,12 +283,8 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
             ok, value = True, fn(**kwargs)
         except BaseException as e:  # delivered to the awaiting episode
             ok, value = False, e
-        with _threads_lock:
-            state["done"] = True
-            _threads["running"] -= 1
-            if state["abandoned"]:
-                _threads["stuck"] -= 1
-                return  # nobody waits any more (the loop may even be closed)
+        if USER_THREADS.finished(slot):
+            return  # nobody waits any more (the loop may even be closed)
         try:
             loop.call_soon_threadsafe(deliver, ok, value)
         except RuntimeError:  # the event loop closed meanwhile
@@ -261,10 +295,7 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
     try:
         return await fut
     except asyncio.CancelledError:
-        with _threads_lock:
-            if not state["done"]:
-                state["abandoned"] = True
-                _threads["stuck"] += 1
+        USER_THREADS.abandon(slot)
         raise
 
 

@@ -13,6 +13,10 @@ Runs scripted agents through a few tasks, with no model, and checks what trainin
   (group advantages compare episodes of one task, which is meaningless if the task moves);
 - ``grade`` never raises, whatever the episode did;
 - how long reset, step and grade take.
+
+Every call into the env, and each scripted agent's ``act``, runs on the env's own event loop
+(:mod:`turnrl.envs.guard`) with at most ``CALL_TIMEOUT_S`` seconds: one that blocks or hangs
+is a failed check naming the call, never a doctor that hangs.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.envs.base import StepResult, ToolEnv
+from turnrl.envs.guard import act, guard
 from turnrl.envs.scripted import IdleAgent, RandomToolAgent, ScriptedAgent
 from turnrl.types import RewardResult, Task, ToolCall
 
 NEAR_ZERO = 0.25  # the most a do-nothing or random agent may score (few tasks: 1 lucky in 4)
+CALL_TIMEOUT_S = 30.0  # the most one env call (or agent act) may take here
 
 
 @dataclass
@@ -76,7 +82,7 @@ async def play(
     """Run one episode, recording every breach and exception instead of raising."""
     ep = Episode(task, agent_name)
     try:
-        env = make_env()
+        env = guard(make_env())
     except Exception as e:
         ep.error = f"make_env raised {_exc(e)}"
         return ep
@@ -92,7 +98,7 @@ async def play(
         agent = new_agent(env)
         for _ in range(max_turns):
             try:
-                call = agent.act(observation)
+                call = await _limited(f"the {agent_name} agent's act", act(env, agent, observation))
             except Exception as e:
                 ep.error = f"the {agent_name} agent raised {_exc(e)}"
                 break
@@ -116,16 +122,28 @@ async def play(
     except Exception as e:
         ep.grade_error = f"grade raised {_exc(e)} after the {agent_name} agent on {task.id}"
     try:
-        await env.close()
+        await _limited("close", env.close())
     except Exception as e:
         ep.problems.append(f"close raised {_exc(e)}")
     return ep
 
 
+class CallTimeout(Exception):
+    """An env call (or agent act) ran past ``CALL_TIMEOUT_S``."""
+
+
+async def _limited(what: str, awaitable: Any) -> Any:
+    try:
+        return await asyncio.wait_for(awaitable, CALL_TIMEOUT_S)
+    except TimeoutError as e:
+        why = str(e) or "a blocking call inside async def, or a hang"
+        raise CallTimeout(f"{what} did not return within {CALL_TIMEOUT_S:g} s ({why})") from None
+
+
 async def _timed(ep: Episode, phase: str, awaitable: Any) -> Any:
     t0 = time.perf_counter()
     try:
-        return await awaitable
+        return await _limited(phase, awaitable)
     finally:
         ep.times.setdefault(phase, []).append(time.perf_counter() - t0)
 
@@ -213,8 +231,8 @@ async def check_env(
 
     probe = None
     try:
-        probe = family.make_env()
-        await probe.reset(tasks[0])
+        probe = guard(family.make_env())
+        await _limited("reset", probe.reset(tasks[0]))
         schemas = probe.tool_schemas()
         problems = [p for s in schemas for p in schema_problems(s)]
         names = ", ".join(s.get("function", {}).get("name", "?") for s in schemas)
@@ -229,7 +247,7 @@ async def check_env(
     finally:
         if probe is not None:
             with contextlib.suppress(Exception):  # the episodes below report a raising close
-                await probe.close()
+                await _limited("close", probe.close())
 
     episodes: list[Episode] = []
     expert_eps: list[Episode] = []

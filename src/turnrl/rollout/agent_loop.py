@@ -35,6 +35,7 @@ from typing import Any
 
 from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import ToolEnv
+from turnrl.envs.guard import guard, origin, watched_loop
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
@@ -139,7 +140,10 @@ async def run_episode(
     batcher: GenerationBatcher,
     limits: RolloutLimits,
 ) -> Trajectory:
-    """Play one episode and grade it. Always returns a Trajectory; always closes the env."""
+    """Play one episode and grade it. Always returns a Trajectory; always closes the env.
+    The env's calls run on its own event loop (:mod:`turnrl.envs.guard`), so one that blocks
+    cannot stop this loop's clocks."""
+    env = guard(env)
     start = time.monotonic()
     deadline = start + limits.episode_timeout_s
     ep = _Episode()
@@ -153,6 +157,7 @@ async def run_episode(
     prompt_len = 0
     summaries = 0
     summary_time = 0.0
+    phase = "reset"  # what the episode waits on: named when it times out or raises
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -175,11 +180,12 @@ async def run_episode(
                 if asked:
                     summaries += 1
                     remaining()
+                    phase = "summary"
                     t0 = time.monotonic()
-                    await _summarize(
+                    await asyncio.wait_for(_summarize(
                         ep, messages, turns, env, renderer, batcher, limits,
                         request.seed * 1000 + 500 + k,
-                    )  # fmt: skip
+                    ), remaining())  # fmt: skip
                     summary_time += time.monotonic() - t0
                 elif limits.context.due(len(ep.context)):
                     _drop_observations(ep, renderer, limits.context.keep_observations)
@@ -188,6 +194,7 @@ async def run_episode(
                     termination = TerminationReason.CONTEXT_LIMIT
                     break
                 remaining()
+                phase = "generation"
                 gen = await batcher.generate(
                     ep.context, min(limits.max_new_tokens, budget), request.seed * 1000 + k
                 )
@@ -212,6 +219,7 @@ async def run_episode(
                     calls = renderer.parser.parse(action)
                 except ParseError as e:
                     if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
+                        phase = "answer"
                         step = await asyncio.wait_for(env.answer(action), remaining())
                         turn.reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
@@ -227,6 +235,7 @@ async def run_episode(
                     turn.tool_calls = calls
                     for call in calls:
                         t0 = time.monotonic()
+                        phase = f"tool '{call.name}'"
                         step = await asyncio.wait_for(env.step(call), remaining())
                         env_time += time.monotonic() - t0
                         observations.append(step.observation)
@@ -266,12 +275,17 @@ async def run_episode(
                 ep.append(delta, tool_result=True)
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
+            phase = "grade"
             result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
         except asyncio.TimeoutError as e:  # the episode's clock, or one tool call's
             termination = TerminationReason.TIMEOUT
-            error = str(e) or "episode wall-clock limit reached"
+            error = str(e) or (
+                f"episode wall-clock limit ({limits.episode_timeout_s:g} s) reached in "
+                f"{phase} (env {env.name})"
+            )
         except Exception as e:  # a crashing env ends its episode, never the run
-            termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
+            termination = TerminationReason.ENV_ERROR
+            error = f"{type(e).__name__}: {e} ({phase} of env {env.name}, {origin(e)})"
     finally:
         ep.drop_empty_segment(turns)
         batcher.episode_finished()
@@ -388,7 +402,8 @@ async def collect(
         async with gate:
             return await run_episode(make_env(), req, renderer, batcher, limits)
 
-    return list(await asyncio.gather(*(one(r) for r in requests)))
+    with watched_loop("the loop running the episodes"):
+        return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
 def default_sampling(

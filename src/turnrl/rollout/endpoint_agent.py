@@ -26,6 +26,7 @@ from typing import Any
 
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
+from turnrl.envs.guard import guard, origin
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
 from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits, grade_metrics
 from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
@@ -67,6 +68,7 @@ async def run_endpoint_episode(
     """Play one episode with the endpoint as the agent and grade it. Always returns a
     Trajectory; always closes the env."""
     parser = parser or HermesToolCallParser()
+    env = guard(env)  # its calls on its own event loop: a blocking one cannot stop the clock
     start = time.monotonic()
     deadline = start + limits.episode_timeout_s
     turns: list[Turn] = []
@@ -179,7 +181,8 @@ async def run_endpoint_episode(
         except OpenAIError as e:
             termination, error = TerminationReason.ENV_ERROR, f"endpoint: {e}"
         except Exception as e:  # a crashing env ends its episode, never the evaluation
-            termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
+            termination = TerminationReason.ENV_ERROR
+            error = f"{type(e).__name__}: {e} (env {env.name}, {origin(e)})"
     finally:
         try:
             await asyncio.wait_for(env.close(), 30)

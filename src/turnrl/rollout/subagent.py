@@ -38,6 +38,7 @@ import torch
 
 from turnrl.chat import ChatRenderer
 from turnrl.envs.base import StepResult, ToolEnv, ToolOutput, tool_schema
+from turnrl.envs.guard import act, guard
 from turnrl.envs.scripted import ScriptedAgent, ScriptedEpisode, run_scripted
 from turnrl.policy.hf import HFPolicy
 from turnrl.rollout.agent_loop import (
@@ -47,7 +48,7 @@ from turnrl.rollout.agent_loop import (
     run_episode,
 )
 from turnrl.rollout.batcher import GenerationBatcher
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
+from turnrl.types import RewardResult, Task, TerminationReason, ToolCall, Trajectory
 
 STOPS = {
     TerminationReason.MAX_TURNS: "ran out of turns",
@@ -80,11 +81,13 @@ class SubCall:
 
 
 class _Answered(ToolEnv):
-    """Forwards to a sub-env and keeps the observation of the step that ended the episode
-    (the subagent's answer)."""
+    """Forwards to a sub-env (its calls on its own event loop, :mod:`turnrl.envs.guard`) and
+    keeps the observation of the step that ended the episode (the subagent's answer)."""
+
+    guarded = True
 
     def __init__(self, env: ToolEnv) -> None:
-        self.env, self.result = env, None  # the answer
+        self.env, self.result = guard(env), None  # the answer
         self.tools, self.final_answer = env.tools, env.final_answer
 
     @property
@@ -102,6 +105,9 @@ class _Answered(ToolEnv):
 
     async def answer(self, text: str) -> StepResult:  # type: ignore[override]
         return self._keep(await self.env.answer(text))
+
+    async def act(self, agent: ScriptedAgent, observation: str) -> ToolCall | None:
+        return await act(self.env, agent, observation)
 
     def _keep(self, step: StepResult) -> StepResult:
         if step.terminated:
@@ -209,33 +215,43 @@ class ScriptedSubagent:
     """The env's scripted sub-expert as the subagent, for SFT demonstrations: its episodes are
     kept (``episodes``) so the warm start also learns the subagent's side."""
 
-    def __init__(self, expert: Callable[[Task], ScriptedAgent], max_turns: int) -> None:
-        self.expert, self.max_turns = expert, max_turns
+    def __init__(
+        self, expert: Callable[[Task], ScriptedAgent], max_turns: int, timeout_s: float = 300.0
+    ) -> None:
+        self.expert, self.max_turns, self.timeout_s = expert, max_turns, timeout_s
         self.episodes: list[ScriptedEpisode] = []
 
     async def run(self, env: ToolEnv, task: Task) -> SubCall:
         answered = _Answered(env)
         t0 = time.monotonic()
-        ep = await run_scripted(answered, task, self.expert(task), max_turns=self.max_turns)
-        self.episodes.append(ep)
+        ep = await run_scripted(
+            answered, task, self.expert(task), max_turns=self.max_turns, timeout_s=self.timeout_s
+        )
+        if ep.failed is None:  # a demonstration only when it ran to its end
+            self.episodes.append(ep)
         done = ep.terminated and answered.result is not None
+        reason = ep.failed or (TerminationReason.DONE if done else TerminationReason.MAX_TURNS)
         return SubCall(
-            reason=(TerminationReason.DONE if done else TerminationReason.MAX_TURNS).value,
+            reason=reason.value,
             turns=len(ep.calls),
             tokens=0,
             generated_tokens=0,
             time_s=time.monotonic() - t0,
             answer=answered.result if done else None,
+            error=ep.error,
             success=float(ep.result.success) if ep.result is not None else None,
         )
 
 
 class DelegatingEnv(ToolEnv):
     """An env with one more tool, ``delegate``, answered by ``subagent`` (see the module
-    docstring). Everything else is the wrapped env's."""
+    docstring). Everything else is the wrapped env's, whose calls run on its own event loop
+    (:mod:`turnrl.envs.guard`); ``delegate`` runs on the caller's, where the subagent samples."""
+
+    guarded = True
 
     def __init__(self, env: ToolEnv, subagent: Subagent) -> None:
-        self.env, self.subagent = env, subagent
+        self.env, self.subagent = guard(env), subagent
         self.tools = (*env.tools, "delegate")
         self.final_answer = env.final_answer
         self.name = env.name
@@ -280,6 +296,9 @@ class DelegatingEnv(ToolEnv):
 
     async def answer(self, text: str) -> StepResult:  # type: ignore[override]
         return await self.env.answer(text)
+
+    async def act(self, agent: ScriptedAgent, observation: str) -> ToolCall | None:
+        return await act(self.env, agent, observation)
 
     def anchor(self, observation: str) -> Any:
         return self.env.anchor(observation)

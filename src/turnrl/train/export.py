@@ -14,6 +14,7 @@ the KL reference must stay the starting policy (``turnrl.json`` names its source
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from turnrl.files import free_mib, named
 from turnrl.policy.models import model_source
 
 MODEL_DIR = "model"
@@ -63,8 +65,31 @@ def write_policy(
 ) -> Path:
     """Write the policy to ``out`` (merged, if LoRA; its adapters to ``adapter_out``),
     replacing a previous copy only once the new one is complete."""
-    lora = is_lora(model)
     tmp = out.with_name(out.name + ".tmp")
+    try:
+        return _write_policy(tmp, out, model, tokenizer, source, step, adapter_out)
+    except Exception as e:  # a full disk: no half-written copy stays, the old one does
+        shutil.rmtree(tmp, ignore_errors=True)
+        if adapter_out is not None:
+            shutil.rmtree(adapter_out.with_name(adapter_out.name + ".tmp"), ignore_errors=True)
+        if isinstance(e, OSError):
+            raise named(e, out) from None
+        free = free_mib(out)
+        if free is not None and free < 1:  # safetensors reports ENOSPC as its own error
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out)) from e
+        raise
+
+
+def _write_policy(
+    tmp: Path,
+    out: Path,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    source: str,
+    step: int,
+    adapter_out: Path | None,
+) -> Path:
+    lora = is_lora(model)
     shutil.rmtree(tmp, ignore_errors=True)
     if lora:
         base, state = merged_state_dict(model)

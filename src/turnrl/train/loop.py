@@ -22,6 +22,7 @@ import yaml
 from turnrl.chat import ChatRenderer, check_model_template, check_template
 from turnrl.envs.base import blocking_tool_stats
 from turnrl.envs.registry import Family
+from turnrl.files import create_dir, write_atomic
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import place
 from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories
@@ -39,6 +40,8 @@ from turnrl.train.config import ConfigError, TrainConfig
 from turnrl.train.distributed import init_dist
 from turnrl.train.evaluate import eval_seed, evaluate_policy
 from turnrl.train.export import save_policy, saved_policy
+from turnrl.train.failures import BrokenEnv, FailureStop
+from turnrl.train.interrupts import resume_hint
 from turnrl.train.metrics import (
     MetricsWriter,
     Progress,
@@ -142,9 +145,10 @@ def train(
         quiet, log = True, _silent
     run_dir = d.agree(resume_dir or _new_run_dir(cfg))
     if d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        create_dir(run_dir)  # a read-only runs_dir: bad input, nothing written (exit 2)
         log(f"run directory: {run_dir}  (resume: turnrl train --resume {run_dir})")
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        write_atomic(run_dir / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+        resume_hint(f"continue with: turnrl train --resume {run_dir}")
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
@@ -245,6 +249,9 @@ def train(
         return result.success if step > 0 and result.success > best else None
 
     zero_streak = 0
+    failures = FailureStop(
+        family.name, cfg.rollout.env_failure_share, cfg.rollout.env_failure_steps
+    )
 
     def eval_due(step: int) -> bool:
         return cfg.steps > 0 and (
@@ -351,9 +358,10 @@ def train(
             progress.update(step + 1, metrics)
             if warning := ending_warning(trajs, step + 1):
                 log(warning)
+            failures.after_step(trajs, step + 1)  # a broken env: BrokenEnv, after the save
             if eval_due(step + 1):
                 run_eval(step + 1)
-    except (KeyboardInterrupt, OSError, CheckpointError) as e:
+    except (KeyboardInterrupt, OSError, CheckpointError, BrokenEnv) as e:
         e.add_note(
             f"the last checkpoint is step {saved} of {cfg.steps}; continue with: "
             f"turnrl train --resume {run_dir}"
@@ -372,7 +380,11 @@ def train(
         family.close()
         d.close()
     if d.main:
-        export_html([run_dir], run_dir / "report.html")
+        try:
+            export_html([run_dir], run_dir / "report.html")
+        except OSError as e:
+            e.add_note(f"all {cfg.steps} steps are saved; rebuild it with: turnrl report {run_dir}")
+            raise
     return run_dir
 
 

@@ -19,12 +19,14 @@ from typing import Any
 
 import torch
 
+from turnrl import files
 from turnrl.chat import ChatRenderer, check_template
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode
 from turnrl.policy.models import load_model, load_tokenizer
 from turnrl.train.config import TrainConfig
 from turnrl.train.export import tokenizer_source
+from turnrl.train.failures import usable_demonstrations
 from turnrl.train.metrics import PhaseProgress, clock
 from turnrl.train.sft import Demo, ExtraTerms, play_demonstrations, render_demo, sft_train
 from turnrl.types import Task
@@ -112,9 +114,18 @@ def demonstrations(
     tasks = [rng.choice(train_tasks) for _ in range(n)]
     t0, progress = time.monotonic(), PhaseProgress("episode", n, say)
     episodes = play_demonstrations(
-        family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns, done=progress.update
+        family,
+        tasks,
+        cfg.sft.noise,
+        cfg.seed,
+        cfg.rollout.max_turns,
+        done=progress.update,
+        timeout_s=cfg.rollout.episode_timeout_s,
     )
     say(f"warm start: {n} episodes played in {clock(time.monotonic() - t0)}")
+    episodes, left_out = usable_demonstrations(episodes, family.name, cfg.rollout.env_failure_share)
+    if left_out is not None:
+        say(left_out)
     # with a subagent, the sub-episodes its scripted expert played teach that side too
     episodes = episodes + getattr(family, "sub_demonstrations", list)()
     if saved is not None:
@@ -128,14 +139,9 @@ def demonstrations(
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write-then-rename: a kill leaves the old file or none, never a torn one."""
+    """Write-then-rename (:func:`turnrl.files.write_atomic`), creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    files.write_atomic(path, data)
 
 
 def render_demos(

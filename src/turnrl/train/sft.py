@@ -27,6 +27,7 @@ import torch
 
 from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer
+from turnrl.envs.guard import origin
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
 from turnrl.policy.hf import (
@@ -38,7 +39,7 @@ from turnrl.policy.hf import (
 )
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
 from turnrl.train.metrics import PhaseProgress
-from turnrl.types import Task
+from turnrl.types import Task, TerminationReason
 
 CHECKPOINT_EVERY_S = 60.0  # a long phase saves its progress this often (or less: SaveClock)
 
@@ -124,16 +125,23 @@ async def _play(
     seed: int,
     max_turns: int,
     done: Callable[[int], None] | None,
+    timeout_s: float,
 ) -> list[ScriptedEpisode]:
     gate = asyncio.Semaphore(16)
     finished = [0]
 
     async def one(i: int, task: Task) -> ScriptedEpisode:
         async with gate:
-            agent = family.expert(task, seed=seed + i, noise=noise)
-            ep = await run_scripted(
-                family.make_env(), task, agent, max_turns=max_turns, grade=False
-            )
+            try:
+                agent = family.expert(task, seed=seed + i, noise=noise)
+                env = family.make_env()
+            except Exception as e:  # recorded like an env's error: the caller counts them
+                ep = ScriptedEpisode(task, "", "", failed=TerminationReason.ENV_ERROR)
+                ep.error = f"{type(e).__name__}: {e} (the expert's set-up, {origin(e)})"
+            else:
+                ep = await run_scripted(
+                    env, task, agent, max_turns=max_turns, grade=False, timeout_s=timeout_s
+                )
         finished[0] += 1
         if done is not None:
             done(finished[0])
@@ -149,9 +157,12 @@ def play_demonstrations(
     seed: int,
     max_turns: int,
     done: Callable[[int], None] | None = None,
+    timeout_s: float = 300.0,
 ) -> list[ScriptedEpisode]:
-    """One scripted episode per task (in the tasks' order); ``done(n)`` after each finishes."""
-    return asyncio.run(_play(family, tasks, noise, seed, max_turns, done))
+    """One scripted episode per task (in the tasks' order); ``done(n)`` after each finishes.
+    Never raises for an env or expert that fails: such an episode has ``failed`` and ``error``
+    set (``timeout_s`` caps each episode, the env's ``tool_timeout_s`` each call)."""
+    return asyncio.run(_play(family, tasks, noise, seed, max_turns, done, timeout_s))
 
 
 def episode_messages(ep: ScriptedEpisode, renderer: ChatRenderer) -> list[dict]:
