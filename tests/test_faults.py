@@ -5,9 +5,11 @@ each answered by one clear line and the right exit code with nothing left on dis
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +166,42 @@ def test_hanging_sync_tool_ends_its_episode_with_timeout_and_the_rest_go_on(loop
     assert trajs[0].termination is TerminationReason.TIMEOUT
     assert trajs[0].error == "tool 'work' ran past tool_timeout_s=0.5"
     assert trajs[1].termination is TerminationReason.DONE
+
+
+class AsyncBlockingEnv(SlowEnv):
+    """``work`` is an ``async def`` that blocks in ``time.sleep``: common in user code, it used to
+    freeze the event loop of every episode (and the episode timeout with it)."""
+
+    name = "asyncblock"
+
+    async def work(self) -> ToolOutput:
+        """Work (a blocking call inside async def)."""
+        time.sleep(self.sleep)
+        return ToolOutput("done", done=True)
+
+
+def test_blocking_call_inside_async_tool_ends_its_episode_and_is_named(
+    loop_parts, monkeypatch, caplog
+):
+    import turnrl.envs.guard as guard
+
+    monkeypatch.setattr(guard, "STALL_S", 1.0)
+    trajs, wall = play(loop_parts, AsyncBlockingEnv, [30.0, 0.0, 0.0, 0.0], timeout_s=8.0)
+    assert [t.termination for t in trajs] == [TerminationReason.TIMEOUT] + 3 * [
+        TerminationReason.DONE
+    ]
+    assert trajs[0].error == (
+        "episode wall-clock limit (8 s) reached in tool 'work' (env asyncblock)"
+    )
+    assert wall < 15  # the other episodes and the clock went on
+    stalls = [r.message for r in caplog.records if "has not run" in r.message]
+    assert len(stalls) == 1, stalls  # one line per stall
+    assert stalls[0].startswith(
+        "warning: env asyncblock: tool 'work': the event loop has not run for 1 s; its thread "
+        f"is at {__file__}:"
+    )
+    assert "in work (a blocking call inside async def?" in stalls[0]
+    assert blocking_tool_stats()["env/stuck_threads"] >= 1  # until its sleep ends
 
 
 def test_blocking_tools_overlap_across_episodes(loop_parts):
@@ -514,3 +552,219 @@ def test_ctrl_c_prints_how_to_resume(tmp_path, monkeypatch):
         f"the last checkpoint is step 1 of 3; continue with: turnrl train --resume "
         f"{tmp_path / 'fast'}",
     ]
+
+
+# -- user code that blocks or raises, through `turnrl train` ---------------------------------
+
+FLAKY_ENV = '''
+import os
+import time
+
+from turnrl.envs.base import ToolEnv, ToolOutput
+from turnrl.envs.registry import EnvClassFamily
+from turnrl.types import RewardResult
+
+
+class FlakyEnv(ToolEnv):
+    """A user env whose ``async def reset`` does what the task says: "block" blocks in
+    time.sleep (a blocking call inside async def), "ok" works. With FLAKY_RAISE_AFTER=N every
+    reset after the process's N-th raises; with FLAKY_BLOCK_AFTER=N every one blocks."""
+
+    name = "flaky"
+    tools = ("done",)
+    resets = 0
+
+    @classmethod
+    def tasks(cls, split, n=None, seed=0):
+        modes = os.environ.get("FLAKY_TRAIN" if split == "train" else "FLAKY_TEST", "ok,ok,ok,ok")
+        return [{"mode": m} for m in modes.split(",")][:n]
+
+    async def reset(self, task):
+        FlakyEnv.resets += 1
+        if FlakyEnv.resets > int(os.environ.get("FLAKY_RAISE_AFTER", "1000000")):
+            raise ValueError("the task store is down")
+        if task.payload["mode"] == "block" or FlakyEnv.resets > int(
+            os.environ.get("FLAKY_BLOCK_AFTER", "1000000")
+        ):
+            time.sleep(float(os.environ.get("FLAKY_BLOCK_S", "30")))
+        self.instructions = "Call done."
+        return "Go."
+
+    def done(self) -> ToolOutput:
+        """Finish."""
+        return ToolOutput("ok", done=True)
+
+    async def grade(self):
+        return RewardResult(0.0, False)
+
+
+class SlowCloseFamily(EnvClassFamily):
+    """FlakyEnv's family, whose close blocks for an hour (a user family's clean-up that hangs)."""
+
+    def __init__(self):
+        super().__init__(FlakyEnv, {})
+
+    def close(self):
+        if FlakyEnv.resets:  # the run's family (the command line's check builds one first)
+            time.sleep(3600)
+'''
+
+USER_RUN = [
+    "model.name=tiny",
+    "sft.enabled=false",
+    "sft.episodes=4",
+    "tiny.vocab_size=300",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
+    "env.eval_tasks=4",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "rollout.max_context_tokens=512",
+    "optim.minibatch_size=4",
+    "optim.micro_batch_size=4",
+    "threads=1",
+    "name=flaky",
+]
+
+
+def start_user_run(tmp_path: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``turnrl train --quiet`` on FlakyEnv in ``tmp_path`` (plain lines, stdout and stderr
+    apart)."""
+    (tmp_path / "flaky_env.py").write_text(FLAKY_ENV)
+    cmd = [sys.executable, "-m", "turnrl.cli", "train", "--quiet", *USER_RUN, *args]
+    full_env = {**os.environ, "TURNRL_CACHE": str(tmp_path / "cache"), **env}
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_line(proc: subprocess.Popen, stream, text: str, timeout_s: float) -> list[str]:
+    """Lines of ``stream`` read until one contains ``text`` (the process is killed if none
+    comes within ``timeout_s``)."""
+    seen: list[str] = []
+    timer = threading.Timer(timeout_s, proc.kill)  # readline would wait for ever
+    timer.start()
+    try:
+        for line in stream:
+            seen.append(line)
+            if text in line:
+                return seen
+    finally:
+        timer.cancel()
+    raise AssertionError(f"no line with {text!r} in {timeout_s} s: {''.join(seen)[-3000:]}")
+
+
+@pytest.mark.slow
+def test_train_goes_on_past_a_reset_that_blocks_inside_async_def(tmp_path):
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:FlakyEnv", "steps=1", "rollout.episode_timeout_s=8"],
+        {"FLAKY_TRAIN": "ok,block", "FLAKY_BLOCK_S": "30"},
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    # the warm start read every task's first turn: the blocked reset is left out, and named
+    assert "warning: warm start: 1 of 2 resets ended early (1 timeout) and are left out; " in out
+    assert "episode wall-clock limit (8 s) reached in reset (env flaky)" in out
+    stall = [ln for ln in err.splitlines() if "has not run" in ln][0]
+    assert stall.startswith("warning: env flaky: reset: the event loop has not run for 5 s; its ")
+    assert f"{tmp_path / 'flaky_env.py'}:" in stall and "in reset (a blocking call" in stall
+    assert "warning: step 1: 2/4 episodes ended early (2 timeout)" in out
+    rows = rows_of(tmp_path / "runs" / "flaky")
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (1, "eval")]
+    assert rows[1]["termination/timeout"] == 0.5
+
+
+@pytest.mark.slow
+def test_first_ctrl_c_stops_a_run_whose_env_blocks_its_loop(tmp_path):
+    # after the warm start (2 resets) and the step-0 evaluation (4), every reset blocks an hour
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:FlakyEnv", "steps=5", "rollout.episode_timeout_s=3000"],
+        {"FLAKY_TRAIN": "ok,ok", "FLAKY_BLOCK_AFTER": "6", "FLAKY_BLOCK_S": "3600"},
+    )
+    try:
+        wait_for_line(proc, proc.stderr, "has not run", 300)  # step 1's resets block
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert stopped_in < 10, stopped_in
+    run_dir = tmp_path / "runs" / "flaky"
+    assert err.splitlines()[-2:] == [
+        "interrupted",
+        f"no checkpoint yet; start over with: turnrl train --resume {Path('runs') / 'flaky'}",
+    ]
+    assert (run_dir / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_stops_at_once(tmp_path):
+    """The first Ctrl-C stops the rollout, then the family's close hangs: the second ends it."""
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:SlowCloseFamily", "steps=5", "rollout.episode_timeout_s=3000"],
+        {"FLAKY_TRAIN": "ok,ok", "FLAKY_BLOCK_AFTER": "6", "FLAKY_BLOCK_S": "3600"},
+    )
+    try:
+        wait_for_line(proc, proc.stderr, "has not run", 300)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(3)
+        assert proc.poll() is None  # held by the family's close
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and stopped_in < 5, (proc.returncode, stopped_in, err)
+    assert err.splitlines()[-1] == (
+        "interrupted again: stopped at once; continue with: turnrl train --resume "
+        f"{Path('runs') / 'flaky'}"
+    )
+
+
+@pytest.mark.slow
+def test_an_env_whose_reset_always_raises_stops_the_run_which_resumes_once_fixed(tmp_path):
+    # the warm start (2 resets) and the step-0 evaluation (4) work; then every reset raises
+    args = ["env.name=flaky_env:FlakyEnv", "steps=4", "rollout.env_failure_steps=2"]
+    proc = start_user_run(tmp_path, args, {"FLAKY_TRAIN": "ok,ok", "FLAKY_RAISE_AFTER": "6"})
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    run = Path("runs") / "flaky"
+    assert err.splitlines()[-2:] == [
+        "error: env flaky failed in most episodes of 2 steps in a row (steps 1-2: 4/4, 4/4 ended "
+        "in env_error or timeout; rollout.env_failure_share=0.5); first: ValueError: the task "
+        "store is down (reset of env flaky, at flaky_env.py:27 in reset)",
+        f"the last checkpoint is step 2 of 4; continue with: turnrl train --resume {run}",
+    ]
+    rows = rows_of(tmp_path / run)
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (2, "train")]
+    assert rows[1]["termination/env_error"] == 1.0
+    # fixed (the variable gone), the run resumes from its checkpoint and ends
+    done = subprocess.run(
+        [sys.executable, "-m", "turnrl.cli", "train", "--quiet", "--resume", str(run)],
+        cwd=tmp_path,
+        env={**os.environ, "TURNRL_CACHE": str(tmp_path / "cache"), "FLAKY_TRAIN": "ok,ok"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = rows_of(tmp_path / run)
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (2, "train")] + [
+        (3, "train"),
+        (4, "train"),
+        (4, "eval"),
+    ]
+    assert rows[-1]["eval/env_errors"] == 0 and rows[0]["eval/env_errors"] == 0

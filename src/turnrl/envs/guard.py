@@ -50,6 +50,7 @@ BLOCKING_HINT = (
 
 STALL_S = 5.0  # a watched loop that has not run this long is reported
 CLOSE_GRACE_S = 0.2  # how long close waits for a cancelled call to notice before leaving it
+CLOSE_S, CLOSE_CANCELLED_S = 30.0, 2.0  # an episode's close; when it was cancelled (Ctrl-C)
 
 
 def guard(env: ToolEnv) -> ToolEnv:
@@ -246,6 +247,13 @@ class GuardedEnv(ToolEnv):
         finally:
             if self._owns_loop:
                 loop.stop()
+
+
+def close_limit_s() -> float:
+    """How long an episode waits for its env's ``close``: less when the episode's task is
+    being cancelled (Ctrl-C), so a slow close cannot hold a stopping run."""
+    task = asyncio.current_task()
+    return CLOSE_CANCELLED_S if task is not None and task.cancelling() else CLOSE_S
 
 
 def origin(e: BaseException) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from turnrl.envs.base import ToolEnv
-from turnrl.envs.guard import act, guard, origin
+from turnrl.envs.guard import act, close_limit_s, guard, origin
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
 
@@ -94,7 +94,7 @@ async def run_scripted(
         episode.error = f"{type(e).__name__}: {e} ({phase} of env {env.name}, {origin(e)})"
     finally:
         try:
-            await asyncio.wait_for(env.close(), 30)
+            await asyncio.wait_for(env.close(), close_limit_s())
         except Exception as e:
             episode.error = episode.error or f"close failed: {type(e).__name__}: {e}"
     return episode

@@ -35,7 +35,7 @@ from typing import Any
 
 from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import ToolEnv
-from turnrl.envs.guard import guard, origin, watched_loop
+from turnrl.envs.guard import close_limit_s, guard, origin, watched_loop
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
@@ -290,7 +290,7 @@ async def run_episode(
         ep.drop_empty_segment(turns)
         batcher.episode_finished()
         try:
-            await asyncio.wait_for(env.close(), 30)
+            await asyncio.wait_for(env.close(), close_limit_s())
         except Exception as e:
             error = error or f"close failed: {type(e).__name__}: {e}"
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
-from turnrl.envs.guard import guard, origin
+from turnrl.envs.guard import close_limit_s, guard, origin
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
 from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits, grade_metrics
 from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
@@ -185,7 +185,7 @@ async def run_endpoint_episode(
             error = f"{type(e).__name__}: {e} (env {env.name}, {origin(e)})"
     finally:
         try:
-            await asyncio.wait_for(env.close(), 30)
+            await asyncio.wait_for(env.close(), close_limit_s())
         except Exception as e:
             error = error or f"close failed: {type(e).__name__}: {e}"
 

@@ -122,7 +122,7 @@ def _cached_warm_start(
             family, train_tasks[: max(cfg.sft.episodes, 1)], cfg.rollout.episode_timeout_s
         )
         episodes, left_out = usable_demonstrations(
-            episodes, family.name, cfg.rollout.env_failure_share
+            episodes, family.name, cfg.rollout.env_failure_share, what="resets"
         )
         if left_out is not None:
             log(left_out)

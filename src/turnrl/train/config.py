@@ -201,7 +201,7 @@ class AlgoConfig(Strict):
     norm_tokens: int | None = Field(None, ge=1)
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k3"] = "k3"
-    entropy_coef: float = 0.0
+    entropy_coef: float = Field(0.0, ge=0)  # a bonus for entropy (0: entropy is only logged)
     is_correction: Literal["none", "tis", "decoupled"] = "none"
     is_level: Literal["token", "sequence"] = "token"
     is_mode: Literal["clamp", "mask"] = "clamp"

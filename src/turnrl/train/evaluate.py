@@ -15,7 +15,7 @@ from turnrl.rewards.rubric import Rubric, build_rubric, score_trajectories_async
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.train.config import TrainConfig
-from turnrl.types import Task, Trajectory
+from turnrl.types import Task, TerminationReason, Trajectory
 
 
 @dataclass
@@ -33,6 +33,9 @@ class EvalResult:
     # mean proxy success (what the training reward's tests say) where the env grades one,
     # next to ``success`` to measure reward drift on held-out tasks; None where it grades none
     proxy_success: float | None = None
+    # episodes the env cut (they score 0): past their time limit, and raised in the env
+    timeouts: int = 0
+    env_errors: int = 0
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
         return {f"{prefix}/{k}": float(v) for k, v in self.__dict__.items() if v is not None}
@@ -78,6 +81,8 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
         k=k,
         episodes=len(trajs),
         proxy_success=sum(proxies) / len(proxies) if proxies else None,
+        timeouts=sum(t.termination is TerminationReason.TIMEOUT for t in trajs),
+        env_errors=sum(t.termination is TerminationReason.ENV_ERROR for t in trajs),
     )
 
 

@@ -57,9 +57,9 @@ class FailureStop:
 
 
 def usable_demonstrations(
-    episodes: list[ScriptedEpisode], env: str, share: float
+    episodes: list[ScriptedEpisode], env: str, share: float, what: str = "expert episodes"
 ) -> tuple[list[ScriptedEpisode], str | None]:
-    """The expert episodes that ran to their end, and a line saying how many were left out
+    """The scripted episodes that ran to their end, and a line saying how many were left out
     (None when none was); raises :class:`BrokenEnv` when more than ``share`` failed, or all."""
     failed = [ep for ep in episodes if ep.failed is not None]
     kept = [ep for ep in episodes if ep.failed is None]
@@ -69,10 +69,10 @@ def usable_demonstrations(
     counts = _counts([ep.failed for ep in failed])
     if not kept or len(failed) / len(episodes) > share:
         raise BrokenEnv(
-            f"warm start: env {env} failed in {len(failed)} of {len(episodes)} expert episodes "
+            f"warm start: env {env} failed in {len(failed)} of {len(episodes)} {what} "
             f"({counts}; rollout.env_failure_share={share:g}); first: {first}"
         )
     return kept, (
-        f"warning: warm start: {len(failed)} of {len(episodes)} expert episodes ended early "
+        f"warning: warm start: {len(failed)} of {len(episodes)} {what} ended early "
         f"({counts}) and are left out; first: {first}"
     )

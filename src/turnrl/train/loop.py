@@ -242,9 +242,11 @@ def train(
         writer.write_eval(step, result.as_metrics("eval"), trajs[:3], renderer)
         if wandb_log is not None:
             wandb_log.log(step, result.as_metrics("eval"))
+        cut = result.timeouts + result.env_errors
         log(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
+            + (f" ({result.timeouts} timeout, {result.env_errors} env_error)" if cut else "")
         )
         return result.success if step > 0 and result.success > best else None
 
