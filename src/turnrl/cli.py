@@ -135,6 +135,7 @@ class _Commands(typer.core.TyperGroup):
 
 
 app = typer.Typer(
+    name="turnrl",
     cls=_Commands,
     add_completion=False,
     no_args_is_help=True,

@@ -79,6 +79,14 @@ def create_dir(path: Path) -> None:
         raise named(e, path) from None
 
 
+def discard(path: Path) -> None:
+    """Remove a temporary file if it is there (and can be: a read-only disk cannot)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def write_atomic(path: Path | str, data: str | bytes) -> None:
     """Write-then-rename: a kill leaves the old file or the new one, never a torn one; a
     failed write leaves the old file and no temporary one."""
@@ -92,7 +100,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
         raise named(e, path) from None
 
 

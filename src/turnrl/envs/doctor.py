@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.envs.base import StepResult, ToolEnv
-from turnrl.envs.guard import act, guard
+from turnrl.envs.guard import GuardedEnv, act, guard
 from turnrl.envs.scripted import IdleAgent, RandomToolAgent, ScriptedAgent
 from turnrl.types import RewardResult, Task, ToolCall
 
@@ -88,7 +88,7 @@ async def play(
         return ep
     phase = "reset"
     try:
-        observation = await _timed(ep, "reset", env.reset(task))
+        observation = await _timed(ep, "reset", env.reset(task), env)
         if not isinstance(observation, str):
             ep.problems.append(f"reset returned {type(observation).__name__}, not str")
             observation = str(observation)
@@ -98,14 +98,19 @@ async def play(
         agent = new_agent(env)
         for _ in range(max_turns):
             try:
-                call = await _limited(f"the {agent_name} agent's act", act(env, agent, observation))
+                call = await _limited(
+                    f"the {agent_name} agent's act", act(env, agent, observation), env
+                )
+            except CallTimeout as e:
+                ep.error = str(e)
+                break
             except Exception as e:
                 ep.error = f"the {agent_name} agent raised {_exc(e)}"
                 break
             if call is None:
                 break
             phase = f"step {len(ep.calls) + 1} ({call.name})"
-            step = await _timed(ep, "step", env.step(call))
+            step = await _timed(ep, "step", env.step(call), env)
             ep.problems += _step_problems(step)
             ep.calls.append(call)
             ep.observations.append(str(getattr(step, "observation", step)))
@@ -114,10 +119,15 @@ async def play(
             observation = ep.observations[-1]
             if step.terminated or step.truncated:
                 break
+    except CallTimeout as e:
+        ep.error = str(e)
     except Exception as e:
         ep.error = f"{phase} raised {_exc(e)}"
+    if isinstance(env, GuardedEnv) and env.stuck_at() is not None:
+        await _limited("close", env.close())  # a call still runs: no grade can run after it
+        return ep
     try:
-        ep.result = await _timed(ep, "grade", env.grade())
+        ep.result = await _timed(ep, "grade", env.grade(), env)
         ep.problems += _result_problems(ep.result)
     except Exception as e:
         ep.grade_error = f"grade raised {_exc(e)} after the {agent_name} agent on {task.id}"
@@ -132,23 +142,28 @@ class CallTimeout(Exception):
     """An env call (or agent act) ran past ``CALL_TIMEOUT_S``."""
 
 
-async def _limited(what: str, awaitable: Any) -> Any:
+async def _limited(what: str, awaitable: Any, env: Any = None) -> Any:
+    """``awaitable`` within ``CALL_TIMEOUT_S``; past it, CallTimeout naming ``what`` and where
+    ``env``'s thread is stuck."""
     try:
         return await asyncio.wait_for(awaitable, CALL_TIMEOUT_S)
     except TimeoutError as e:
-        why = str(e) or "a blocking call inside async def, or a hang"
+        where = env.stuck_at() if isinstance(env, GuardedEnv) else None
+        why = str(e) or (f"its thread is at {where}" if where else "a hang")
         raise CallTimeout(f"{what} did not return within {CALL_TIMEOUT_S:g} s ({why})") from None
 
 
-async def _timed(ep: Episode, phase: str, awaitable: Any) -> Any:
+async def _timed(ep: Episode, phase: str, awaitable: Any, env: Any = None) -> Any:
     t0 = time.perf_counter()
     try:
-        return await _limited(phase, awaitable)
+        return await _limited(phase, awaitable, env)
     finally:
         ep.times.setdefault(phase, []).append(time.perf_counter() - t0)
 
 
 def _exc(e: BaseException) -> str:
+    if isinstance(e, CallTimeout):  # it says where the env is stuck
+        return str(e)
     frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     where = f" at {frame.filename.rpartition('/')[2]}:{frame.lineno}" if frame else ""
     return f"{type(e).__name__}: {e}{where}"
@@ -286,7 +301,9 @@ async def check_env(
         Check(
             "grade never raises",
             not grade_errors,
-            grade_errors[0] if grade_errors else f"{len(episodes)} episodes graded, none raised",
+            grade_errors[0]
+            if grade_errors
+            else f"{sum(ep.result is not None for ep in episodes)} episodes graded, none raised",
         )
     )
     if expert_eps:

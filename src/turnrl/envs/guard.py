@@ -44,8 +44,8 @@ from turnrl.types import RewardResult, Task, ToolCall
 
 logger = logging.getLogger("turnrl")
 BLOCKING_HINT = (
-    " (a blocking call inside async def? make the method a plain def, or await an async "
-    "call; the episode ends at its time limit)"
+    " (a blocking call in env code: inside async def, make the method a plain def or await "
+    "an async call; the episode ends at its time limit)"
 )
 
 STALL_S = 5.0  # a watched loop that has not run this long is reported
@@ -93,6 +93,8 @@ class EnvLoop:
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(_DaemonExecutor(max_workers=1))
         self.calls: dict[int, str] = {}  # calls running on this loop now: id -> what
+        self.abandoned: set[int] = set()  # calls whose caller gave up (they may still run)
+        self._lock = threading.Lock()  # calls/abandoned change on both threads
         self.stopped = False
         self.thread = threading.Thread(target=self._serve, name=f"env-{label}", daemon=True)
         self.thread.start()
@@ -120,6 +122,12 @@ class EnvLoop:
         the caller's loop; cancelling the caller cancels it here (when this loop runs)."""
         if self.stopped:
             raise RuntimeError(f"env {self.label}: {what} after the env was closed")
+        if not await self.settled():  # queued behind a stuck call, it would never run
+            stuck = next(iter(self.calls.values()))
+            raise RuntimeError(
+                f"env {self.label}: {what} not run: the env's thread is still stuck in {stuck}, "
+                f"at {stuck_at(self.thread)}"
+            )
         key = next(self._ids)
 
         async def here() -> Any:
@@ -128,21 +136,27 @@ class EnvLoop:
                 out = fn(*args)
                 return await out if inspect.isawaitable(out) else out
             finally:
-                del self.calls[key]
+                with self._lock:
+                    del self.calls[key]
+                    self.abandoned.discard(key)
 
         future = asyncio.run_coroutine_threadsafe(here(), self.loop)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             future.cancel()
+            with self._lock:
+                if key in self.calls:
+                    self.abandoned.add(key)
             raise
 
     async def settled(self, grace_s: float = CLOSE_GRACE_S) -> bool:
-        """Whether no call runs here, waiting up to ``grace_s`` for cancelled ones to end."""
+        """Whether no call whose caller gave up still runs here, waiting up to ``grace_s`` for
+        such calls to notice their cancellation."""
         deadline = time.monotonic() + grace_s
-        while self.calls and time.monotonic() < deadline:
+        while self.abandoned and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        return not self.calls
+        return not self.abandoned
 
     def stop(self, then: Callable[[], Any] | None = None) -> None:
         """End the thread: at once when no call runs here, else after the running call returns
@@ -151,7 +165,7 @@ class EnvLoop:
         if self.stopped:
             return
         self.stopped = True
-        if self.calls:
+        if self.abandoned:
             USER_THREADS.abandon(self.slot)
 
         async def finish() -> None:
@@ -204,6 +218,11 @@ class GuardedEnv(ToolEnv):
         if self._loop is None:
             self._loop = EnvLoop(self.name)
         return self._loop
+
+    def stuck_at(self) -> str | None:
+        """Where the env's thread is while a call its caller gave up on still runs."""
+        loop = self._loop
+        return stuck_at(loop.thread) if loop is not None and loop.abandoned else None
 
     async def reset(self, task: Task) -> str:
         async def on_env_loop() -> str:

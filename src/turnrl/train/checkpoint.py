@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from turnrl.files import free_mib
+from turnrl.files import discard, free_mib
 
 if TYPE_CHECKING:
     from turnrl.train.distributed import Dist
@@ -72,7 +72,7 @@ def save_checkpoint(
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
         raise CheckpointError(path, e) from None
 
 
@@ -108,7 +108,7 @@ def keep_copy(last: Path, step: int, keep: int) -> Path:
             shutil.copyfile(last, tmp)
             os.replace(tmp, target)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
             raise CheckpointError(target, e) from None
     for old in sorted(last.parent.glob("step-*.pt"))[:-keep]:
         old.unlink()
