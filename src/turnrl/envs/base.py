@@ -43,15 +43,16 @@ before the method runs, so a wrong type becomes an observation the model can rea
 A tool method returns ``str`` (the observation) or a :class:`ToolOutput` to also emit a
 per-turn reward, end the episode, or attach a screenshot.
 
-A tool may be ``async def`` (it runs on the event loop, so it must never block) or a plain
-``def``: a plain method runs on its own daemon thread, so a blocking call (``time.sleep``,
-``subprocess.run``, a slow database) overlaps with other episodes and never freezes the run.
-One env's calls are sequential, but each may run on a different thread (an sqlite connection
-needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the agent loop's episode
-timeout caps them all. A call past either ends its episode with TIMEOUT. A thread cannot be
-killed: one still running after its timeout is counted as stuck (``blocking_tool_stats``) and
-its slot is given to new calls; when ``MAX_STUCK_THREADS`` are stuck at once, further blocking
-calls fail (ENV_ERROR) rather than pile up threads without bound.
+A tool may be ``async def`` or a plain ``def``. Every call an episode makes into an env runs on
+the env's own event loop in a thread of its own (:mod:`turnrl.envs.guard`), so a blocking call
+inside an ``async def`` stalls only its own episode; a plain method runs on a daemon thread of
+its own, so a blocking call (``time.sleep``, ``subprocess.run``, a slow database) overlaps with
+the env's other work. One env's calls are sequential, but each may run on a different thread
+(an sqlite connection needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the
+agent loop's episode timeout caps them all. A call past either ends its episode with TIMEOUT.
+A thread cannot be killed: one still running after its timeout is counted as stuck
+(``blocking_tool_stats``); when ``MAX_STUCK_THREADS`` are stuck at once, further env threads
+fail to start (ENV_ERROR) rather than pile up without bound.
 """
 
 from __future__ import annotations

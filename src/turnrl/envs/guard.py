@@ -101,7 +101,8 @@ class EnvLoop:
         WATCHDOG.watch(self.loop, self.thread, self.describe, BLOCKING_HINT)
 
     def describe(self) -> str:
-        running = next(iter(self.calls.values()), "its event loop")
+        with self._lock:  # read from the watchdog's thread
+            running = next(iter(self.calls.values()), "its event loop")
         return f"env {self.label}: {running}"
 
     def _serve(self) -> None:
@@ -123,7 +124,8 @@ class EnvLoop:
         if self.stopped:
             raise RuntimeError(f"env {self.label}: {what} after the env was closed")
         if not await self.settled():  # queued behind a stuck call, it would never run
-            stuck = next(iter(self.calls.values()))
+            with self._lock:
+                stuck = next(iter(self.calls.values()), "a call")
             raise RuntimeError(
                 f"env {self.label}: {what} not run: the env's thread is still stuck in {stuck}, "
                 f"at {stuck_at(self.thread)}"
@@ -131,7 +133,8 @@ class EnvLoop:
         key = next(self._ids)
 
         async def here() -> Any:
-            self.calls[key] = what
+            with self._lock:
+                self.calls[key] = what
             try:
                 out = fn(*args)
                 return await out if inspect.isawaitable(out) else out

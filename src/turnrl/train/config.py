@@ -134,7 +134,7 @@ class RolloutConfig(Strict):
     # episodes end in env_error or timeout, env_failure_steps steps in a row, training stops
     # with the first error (1: never); the warm start's expert episodes follow the same share
     env_failure_share: float = Field(0.5, gt=0, le=1)
-    env_failure_steps: int = Field(3, ge=1)
+    env_failure_steps: int = Field(3, ge=1)  # steps in a row past env_failure_share: stop
     max_concurrency: int = Field(64, ge=1)
     batch_wait_s: float = Field(0.05, ge=0)
     # when an episode outgrows its context (docs/context.md): truncate (end it with
