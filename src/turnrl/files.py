@@ -68,6 +68,18 @@ def writing(path: Path | str) -> Iterator[None]:
         raise named(e, path) from None
 
 
+def disk_full(path: Path | str, cause: BaseException) -> OSError | None:
+    """``cause`` (a library's own error for a failed write) as the OSError it stands for when
+    ``path``'s disk has no room left (safetensors, for one, reports ENOSPC as its own error);
+    None when the disk has room."""
+    if isinstance(cause, OSError):
+        return named(cause, path)
+    free = free_mib(Path(path))
+    if free is not None and free < 1:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
 def create_dir(path: Path) -> None:
     """``mkdir -p path``; a directory that cannot be created for want of permission raises
     :class:`NotWritable` (bad input: nothing was written)."""

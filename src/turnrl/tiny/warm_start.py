@@ -31,6 +31,7 @@ from transformers import LlamaForCausalLM
 from turnrl.chat import HermesToolCallParser
 from turnrl.envs.registry import Family, env_fingerprint
 from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
+from turnrl.files import disk_full
 from turnrl.tiny.induction import induction_warmup
 from turnrl.tiny.model import load_tokenizer, tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.tiny.sft import TinyTerms, value_mask
@@ -65,9 +66,16 @@ def save_atomic(path: Path, model: torch.nn.Module | None, tok: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    if model is not None:
-        model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    try:
+        if model is not None:
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    except Exception as e:  # a full disk: no half-written folder stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        error = disk_full(path, e)
+        if error is not None:
+            raise error from None
+        raise
     try:
         os.replace(tmp, path)
     except OSError:  # path exists and is not empty

@@ -14,7 +14,6 @@ the KL reference must stay the starting policy (``turnrl.json`` names its source
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from turnrl.files import free_mib, named
+from turnrl.files import disk_full
 from turnrl.policy.models import model_source
 
 MODEL_DIR = "model"
@@ -72,11 +71,9 @@ def write_policy(
         shutil.rmtree(tmp, ignore_errors=True)
         if adapter_out is not None:
             shutil.rmtree(adapter_out.with_name(adapter_out.name + ".tmp"), ignore_errors=True)
-        if isinstance(e, OSError):
-            raise named(e, out) from None
-        free = free_mib(out)
-        if free is not None and free < 1:  # safetensors reports ENOSPC as its own error
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out)) from e
+        error = disk_full(out, e)
+        if error is not None:
+            raise error from None
         raise
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from turnrl.files import append_jsonl, read_jsonl, rewrite_jsonl, write_atomic
+from turnrl.files import append_jsonl, read_jsonl, rewrite_jsonl, write_atomic, writing
 from turnrl.types import TerminationReason, Trajectory
 
 logger = logging.getLogger("turnrl")
@@ -140,10 +140,11 @@ class MetricsWriter:
         )
         append_jsonl(self.path, [metrics])  # the commit: the row and its samples are complete
         self.rows.append(metrics)
-        for k, v in metrics.items():
-            if k != "step" and isinstance(v, int | float):
-                self.tb.add_scalar(k, v, step)
-        self.tb.flush()
+        with writing(self.path.parent / "tensorboard"):
+            for k, v in metrics.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
 
     def write_eval(
         self, step: int, metrics: dict[str, float], samples: list[Trajectory], renderer
