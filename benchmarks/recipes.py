@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from turnrl.train.config import recipe_names
+from turnrl.run.config import recipe_names
 
 # --quick: the same code path at smoke-test size (minutes become seconds); not a figure
 QUICK = [

@@ -3,7 +3,7 @@
 Each run is the real CLI, ``torchrun --nproc_per_node N -m turnrl train``, on the same config:
 the guess bandit (one turn) with a tiny model, ``--tasks`` task groups of ``--group`` episodes
 per step. With N processes each rank rolls out 1/N of the groups and trains on 1/N of every
-minibatch's rows (``turnrl.train.distributed``), so the ideal ratio is N where N free cores or
+minibatch's rows (``turnrl.train.parallel``), so the ideal ratio is N where N free cores or
 GPUs exist. A step's time is the loop's own ``time/rollout_s + time/train_s`` (rank 0's), the
 first step left out as warm-up; process start, the warm start and evaluation are not counted.
 

@@ -21,7 +21,7 @@ script checks, from the run directory alone: every step 1..N has exactly one met
 samples, every evaluation exactly one row and its samples; ``last.pt`` is at step N and the kept
 ``step-N.pt`` files are the expected ones; each step's ENV_ERROR and TIMEOUT episodes equal the
 faults fired in it, its worker deaths and replacements equal the kills; each evaluation's
-``eval/env_errors`` and ``eval/timeouts`` equal the faults its tasks carry; the warm start left
+``eval/ending/env_error`` and ``eval/ending/timeout`` equal the faults its tasks carry; the warm start left
 out exactly the failed expert episodes; the resume count equals the process kills; and
 ``turnrl report``, ``turnrl view --export`` and ``turnrl export`` read the run. It prints the
 figures and exits 1 if any check fails.
@@ -176,9 +176,10 @@ class FaultyExpert:
 
 
 def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
-    import turnrl.train.loop as loop
-    from turnrl.distributed.ray_workers import WorkerSpec
-    from turnrl.train.config import load_config
+    import turnrl.run.build as build
+    import turnrl.run.recipe as loop
+    from turnrl.rollout.ray_workers import WorkerSpec
+    from turnrl.run.config import load_config
 
     log_path = str(run_dir.parent / "faults.jsonl")
     driver = os.getpid()
@@ -189,17 +190,17 @@ def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
         )
 
     WorkerSpec.for_env = staticmethod(for_env)
-    plain = loop.sample_requests
+    plain = build.sample_requests
 
-    def sample_requests(cfg, tasks, step):
-        requests = plain(cfg, tasks, step)
+    def sample_requests(tasks, step, run_seed, tasks_per_step, group_size):
+        requests = plain(tasks, step, run_seed, tasks_per_step, group_size)
         for i, (req, kind) in enumerate(zip(requests, fault_plan(seed, step, len(requests)))):
             if kind is not None:
                 payload = {**req.task.payload, "fault": (kind, f"{step + 1}-{i}")}
                 req.task = dataclasses.replace(req.task, payload=payload)
         return requests
 
-    loop.sample_requests = sample_requests
+    build.sample_requests = sample_requests
     real_preflight = loop.preflight
 
     def preflight(cfg):
@@ -243,9 +244,9 @@ def training_rows(mfile: Path) -> int:
 
 
 def audit(
-    run_dir: Path, steps: int, launches: list[int], kills: int, log_text: str
+    run_dir: Path, steps: int, launches: list[int], kills: int, log_text: str, seed: int
 ) -> tuple[dict, list[str]]:
-    from turnrl.train.config import load_config
+    from turnrl.run.config import load_config
     from turnrl.train.metrics import read_jsonl
 
     cfg = load_config(run_dir / "config.yaml")
@@ -309,18 +310,18 @@ def audit(
         seen["replaced"] += replaced
         prev = r
     # Evaluations: each one's cut episodes are its tasks' faults (the same tasks every time).
-    plan = eval_plan(cfg.seed, cfg.env.eval_tasks)
+    plan = eval_plan(seed, cfg.env.eval_tasks)
     want_errors = sum(k in ERRORS for k in plan)
     want_timeouts = sum(k in TIMEOUTS for k in plan)
     for r in evals:
-        got = (r.get("eval/env_errors"), r.get("eval/timeouts"))
+        got = (r.get("eval/ending/env_error"), r.get("eval/ending/timeout"))
         if got != (want_errors, want_timeouts):
             problems.append(
                 f"eval @ {r['step']}: (env_errors, timeouts) {got}, "
                 f"expected {(want_errors, want_timeouts)}"
             )
     # The warm start: the expert episodes that failed were left out, and no other.
-    demos = expert_plan(cfg.seed, cfg.sft.episodes)
+    demos = expert_plan(seed, cfg.sft.episodes)
     want_out = sum(k is not None for k in demos)
     said = re.findall(r"warm start: (\d+) of (\d+) expert episodes ended early", log_text)
     left_out = [int(a) for a, _ in said]
@@ -416,7 +417,9 @@ def main() -> None:
         print(f"killed the trainer after step {training_rows(mfile)} (target {target})")
     wall = time.monotonic() - t0
     log.close()
-    figures, problems = audit(run_dir, args.steps, launches, len(targets), log_path.read_text())
+    figures, problems = audit(
+        run_dir, args.steps, launches, len(targets), log_path.read_text(), args.seed
+    )
     print(f"soak: {args.steps} steps in {wall:.0f} s ({args.out})")
     for name, value in figures.items():
         print(f"  {name}: {value}")

@@ -87,8 +87,8 @@ def step_new(model, ids, mask) -> float:
     """The trainer's own step, one minibatch of all rows."""
     import torch
 
+    from turnrl.run.config import load_config
     from turnrl.train.batch import Batch
-    from turnrl.train.config import load_config
     from turnrl.train.step import train_on_batch
 
     B, T = ids.shape

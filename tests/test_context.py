@@ -17,9 +17,10 @@ from turnrl.policy.models import turn_end_token
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import PLACEHOLDER, SUMMARY_REQUEST, ContextConfig
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
 from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.train.batch import collate
-from turnrl.train.config import ConfigError, load_config
 from turnrl.types import TerminationReason, Trajectory, Turn
 
 FAMILY = GuessFamily(1, 200)
@@ -301,7 +302,7 @@ def test_one_training_step_with_each_strategy(strategy, estimator, mode, tmp_pat
     trajectory records joined back per episode."""
     import gzip
 
-    from turnrl.train.loop import train
+    from turnrl.run.recipe import train
 
     monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
     cfg = load_config(
@@ -463,7 +464,9 @@ def test_summarizer_option_needs_summarize_and_a_model(tmp_path):
     with pytest.raises(ConfigError, match="only used with context=summarize"):
         load_config(None, base + ["rollout.summarizer=smollm2"])
     with pytest.raises(ConfigError, match="no such model directory"):
-        load_config(None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"])
+        checked_config(
+            None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"]
+        )
 
 
 def test_an_excluded_segmented_episode_counts_once(tiny):

@@ -13,8 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 from turnrl.cli import app
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 
 GUESS = [
     "env.name=guess",
@@ -80,14 +80,14 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
 
     # resume rebuilds the starting policy (the KL reference), the checkpoint goes on top
     from turnrl.envs.registry import make_family
-    from turnrl.train.setup import build_model
+    from turnrl.run.build import build_model
 
     family = make_family(cfg.env.name, cfg.env.options)
     start, _ = build_model(cfg, family, family.tasks("train", None), run_dir, log=lambda s: None)
     assert torch.equal(logits_of(start, ids), logits_of(warm, ids))
 
     # eval uses the saved policy even with the checkpoints gone
-    from turnrl.train.eval_cli import load_policy
+    from turnrl.run.evaluate import load_policy
 
     (run_dir / "checkpoints" / "last.pt").unlink()
     loaded, _ = load_policy(cfg, run_dir)
@@ -104,6 +104,21 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     r = CliRunner().invoke(app, ["export", str(tmp_path / "nope"), str(tmp_path / "o2")])
     assert r.exit_code == 2 and "not a run directory" in r.output
     assert not (tmp_path / "o2").exists()
+
+    if torch.cuda.is_available():
+        return
+    # a run saved on a CUDA machine exports and evaluates on this CPU-only one
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("device: auto", "device: cuda"))
+    r = CliRunner().invoke(app, ["export", str(run_dir), str(tmp_path / "o3")])
+    assert r.exit_code == 0, r.output
+    assert "model.device cuda (saved by the run) is not on this machine; using auto" in r.output
+    r = CliRunner().invoke(
+        app,
+        ["eval", str(run_dir), "--tasks", "1", "--no-baselines", "--records", str(tmp_path / "e")],
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "e" / "episodes.jsonl").exists()
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ from turnrl.envs.base import ToolEnv, ToolOutput, blocking_tool_stats
 from turnrl.policy.hf import HFPolicy
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.tiny.model import tiny_model, train_tokenizer
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
 from turnrl.train.metrics import read_jsonl
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
@@ -246,7 +246,7 @@ def cluster():
 
 @pytest.mark.slow
 def test_killed_ray_worker_is_replaced_with_a_line(cluster):
-    from turnrl.distributed.ray_workers import RayRollouts, WorkerSpec
+    from turnrl.rollout.ray_workers import RayRollouts, WorkerSpec
 
     tok = train_tokenizer([f"say {i} ok go something" for i in range(200)], vocab_size=300)
     model = tiny_model(tok, seed=0, hidden_size=32, layers=1)
@@ -501,7 +501,7 @@ def test_debug_shows_the_traceback(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_prints_how_to_resume(tmp_path, monkeypatch):
-    import turnrl.train.loop as loop
+    import turnrl.run.recipe as loop
 
     quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
     real, calls = loop.collate, []
@@ -734,7 +734,7 @@ def test_an_env_whose_reset_always_raises_stops_the_run_which_resumes_once_fixed
         (4, "train"),
         (4, "eval"),
     ]
-    assert rows[-1]["eval/env_errors"] == 0 and rows[0]["eval/env_errors"] == 0
+    assert rows[-1]["eval/ending/env_error"] == 0 and rows[0]["eval/ending/env_error"] == 0
 
 
 # -- the warm start's expert, the doctor: the same protection ---------------------------------
@@ -987,16 +987,16 @@ def test_disk_full_at_each_writer_names_the_file_and_keeps_the_old_one(
 
 @pytest.mark.slow
 def test_disk_full_at_the_final_report(tmp_path, small_disk, monkeypatch):
-    import turnrl.train.loop as loop
+    import turnrl.run.rundir as rundir
 
     quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
-    real = loop.export_html
+    real = rundir.export_html
 
     def full_then_export(runs, out, **kw):
         fill(small_disk)
         return real(runs, out, **kw)
 
-    monkeypatch.setattr(loop, "export_html", full_then_export)
+    monkeypatch.setattr(rundir, "export_html", full_then_export)
     stderr = fails(["train", "--quiet", *FAST, f"runs_dir={small_disk}", "steps=1"], code=1)
     run_dir = small_disk / "fast"
     assert stderr.splitlines()[-2:] == [
@@ -1016,10 +1016,10 @@ def test_a_disk_that_fills_or_turns_read_only_at_a_checkpoint(
 ):
     import torch
 
-    import turnrl.train.loop as loop
+    import turnrl.run.rundir as rundir
 
     quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
-    real, calls = loop.save_checkpoint, []
+    real, calls = rundir.save_checkpoint, []
 
     def save(path, **kw):
         calls.append(path)
@@ -1030,7 +1030,7 @@ def test_a_disk_that_fills_or_turns_read_only_at_a_checkpoint(
                 subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
         return real(path, **kw)
 
-    monkeypatch.setattr(loop, "save_checkpoint", save)
+    monkeypatch.setattr(rundir, "save_checkpoint", save)
     run_dir = small_disk / "fast"
     stderr = fails(["train", "--quiet", *FAST, f"runs_dir={small_disk}", "steps=3"], code=1)
     last = run_dir / "checkpoints" / "last.pt"

@@ -343,12 +343,13 @@ def test_build_rubric_adds_functions_by_import_path():
 
 
 def test_reward_functions_config_fails_before_work():
-    from turnrl.train.config import ConfigError, load_config
+    from turnrl.run.config import ConfigError, load_config
+    from turnrl.run.preflight import checked_config
 
     cfg = load_config(None, ["env.name=guess", "reward.functions={tests.test_rewards:bonus: 0}"])
     assert cfg.reward.functions == {"tests.test_rewards:bonus": 0.0}
     with pytest.raises(ConfigError, match="reward.functions.*'nope:f'.*ModuleNotFoundError"):
-        load_config(None, ["env.name=guess", "reward.functions={nope:f: 1}"])
+        checked_config(None, ["env.name=guess", "reward.functions={nope:f: 1}"])
 
 
 def test_model_screener_and_screener_failures():

@@ -21,8 +21,8 @@ import turnrl.tiny.induction as induction
 import turnrl.train.metrics as metrics
 import turnrl.train.sft as sft
 from turnrl.cli import app
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.train.metrics import PhaseProgress, read_jsonl
 
 runner = CliRunner()

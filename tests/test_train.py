@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
+from turnrl.run.recipe import train
 
 # A context-free bandit: every task hides 5 in [1, 8]; the noisy SFT start guesses at random
 # half the time, so the first guess is right only sometimes. RL must make guess(5) the habit.
@@ -64,10 +65,14 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def test_config_errors_are_collected_and_name_fields():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["steps=-1", "rollout.group_size=abc", "algo.nope=1", "env.name=mars"])
+        load_config(None, ["steps=-1", "rollout.group_size=abc", "algo.nope=1"])
     text = str(e.value)
-    for field in ("steps", "rollout.group_size", "algo.nope", "env.name"):
+    for field in ("steps", "rollout.group_size", "algo.nope"):
         assert field in text
+    # what depends on the machine is checked at run start, also collected
+    with pytest.raises(ConfigError) as e:
+        checked_config(None, ["env.name=mars", "model.name=/nowhere/model"])
+    assert "env.name: unknown env 'mars'" in str(e.value) and "model.name:" in str(e.value)
     with pytest.raises(ConfigError, match="truncation=bootstrap needs a critic"):
         load_config(None, ["algo.truncation=bootstrap"])
     with pytest.raises(ConfigError, match="unknown recipe 'nope'"):
@@ -104,7 +109,7 @@ def test_real_model_config_has_sft_off_and_no_tiny_settings():
     """A pretrained model gets the library defaults: no SFT, a fine-tuning learning rate, the
     env's own default tasks (code tiers 1-3), and none of the tiny model's settings."""
     from turnrl.envs.registry import make_family
-    from turnrl.train.config import TinyConfig
+    from turnrl.run.config import TinyConfig
 
     cfg = load_config(None, ["model.name=smollm2", "model.lora=true"])
     assert cfg.name == "run" and cfg.model.name == "smollm2"
@@ -121,7 +126,7 @@ def test_real_model_config_has_sft_off_and_no_tiny_settings():
 
 
 def test_bad_env_option_fails_before_work(tmp_path):
-    from turnrl.train.config import TrainConfig
+    from turnrl.run.config import TrainConfig
 
     cfg = load_config(
         None, BANDIT + [f"runs_dir={tmp_path}", "env.options={low: 1, high: 8, colour: red}"]
@@ -317,7 +322,7 @@ def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
 def test_evaluation_samples_like_rollouts_unless_told_otherwise():
     from types import SimpleNamespace
 
-    from turnrl.train.loop import _sampling
+    from turnrl.run.build import sampling_of as _sampling
 
     renderer = SimpleNamespace(turn_end_id=7)
     cfg = load_config(overrides=["rollout.temperature=0.8"])

@@ -1,6 +1,6 @@
 """One real training step for every value of every enumerated training option.
 
-Each case runs :func:`turnrl.train.loop.train` for one step on a tiny guess task (a noisy warm
+Each case runs :func:`turnrl.run.recipe.train` for one step on a tiny guess task (a noisy warm
 start, so rewards are mixed) and checks that the loss is finite and that the policy's weights
 moved. A config option that exists but does nothing, or crashes, fails here.
 """
@@ -17,8 +17,8 @@ from transformers import LlamaForCausalLM
 
 from turnrl.policy.vllm import NEEDS as VLLM_NEEDS
 from turnrl.policy.vllm import vllm_available
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.recipe import train
 
 TINY = [
     "name=opt",
@@ -138,7 +138,7 @@ def test_gae_turn_critic_is_checkpointed_and_resumed(tmp_path, cache, monkeypatc
 
 
 def test_critic_options_without_a_critic_are_refused():
-    from turnrl.train.config import ConfigError
+    from turnrl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="value_clip: needs a critic, set advantage=gae_turn"):
         load_config(None, ["algo.value_clip=0.2"])

@@ -19,8 +19,8 @@ import turnrl.policy.vllm as vllm_mod
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import load_tokenizer
 from turnrl.policy.vllm import save_adapter, save_base, vllm_lora_rank
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.recipe import train
 
 RUN = [
     "env.name=guess",
@@ -227,7 +227,7 @@ BAD = [
         ["rollout.backend=vllm", "model.name=smollm2", "model.lora=true", "model.lora_rank=1024"],
         "model.lora_rank=1024: vLLM serves LoRA ranks up to 512",
     ),
-    (["model.device=cuda:1"], "model: device: cuda:1 asked for, but no CUDA device is visible"),
+    (["model.device=cuda:1"], "model.device: cuda:1 asked for, but no CUDA device is visible"),
     (["model.device=gpu"], "model.device: String should match pattern"),
     (["model.lora=true"], "model.lora: the tiny model trains all its weights"),
 ]

@@ -1,7 +1,8 @@
-"""The ``turnrl`` command line.
+"""The ``turnrl`` command line. It talks only to :mod:`turnrl.run`, the composition root.
 
 Every command runs inside :class:`_Commands`, which turns an error into one or two lines on
-stderr (the file, field or path, and what to do) and an exit code (``EXIT_CODES``).
+stderr (the file, field or path, and what to do) and an exit code
+(:data:`turnrl.run.errors.EXIT_CODES`); Ctrl-C acts as :mod:`turnrl.run.interrupts` says.
 ``--debug`` anywhere on the command line shows the traceback instead. Commands read and check
 their config before they import torch or transformers, so bad input is answered in a second.
 """
@@ -18,9 +19,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from turnrl.files import DISK_ERRORS, PERMISSION_ERRORS, NotWritable, free_mib, write_atomic
-from turnrl.train.config import ConfigError, load_config, recipe_names
-from turnrl.train.interrupts import ctrl_c_stops
+from turnrl.run.config import ConfigError, load_config, recipe_names
+from turnrl.run.errors import EXIT_CODES, explain, write_atomic
+from turnrl.run.interrupts import ctrl_c_stops
+
+__all__ = ["EXIT_CODES", "app", "explain", "main"]
 
 # Recent typers bundle their own copy of click, whose exceptions are not the click package's:
 # take them from the module typer's own BadParameter comes from (the click package's in older
@@ -30,46 +33,6 @@ _NoArgsIsHelp = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
 
 console = Console(soft_wrap=True)  # soft_wrap: a line is never wrapped at 80 columns (a pipe)
 errors = Console(stderr=True, soft_wrap=True)
-
-EXIT_CODES = {
-    0: "done",
-    1: "the command failed while it worked (an env that fails in most episodes, a file that "
-    "cannot be written, a crash); what it wrote is kept, and a run continues with "
-    "turnrl train --resume RUN_DIR",
-    2: "bad input (a config value, an option, a path): nothing was started or written",
-    130: "stopped by Ctrl-C; a run continues with turnrl train --resume RUN_DIR",
-}
-
-
-def explain(e: BaseException) -> tuple[int, list[str]]:
-    """The exit code and the lines a user sees for an error escaping a command."""
-    notes = list(getattr(e, "__notes__", []))
-    if isinstance(e, KeyboardInterrupt):
-        return 130, ["interrupted", *notes]
-    if isinstance(e, ConfigError):
-        lines = str(e).splitlines()
-        if len(lines) == 1:
-            return 2, [f"config error: {lines[0]} (nothing was started)"]
-        return 2, ["config error (nothing was started):", *(f"  {ln}" for ln in lines)]
-    if isinstance(e, NotWritable):
-        return 2, [
-            f"error: cannot write {e.filename}: {e.strerror}; use a writable directory (for a "
-            "run: runs_dir=DIR)",
-            *notes,
-        ]
-    if isinstance(e, OSError) and e.errno in DISK_ERRORS + PERMISSION_ERRORS:
-        free = free_mib(Path(e.filename)) if e.filename else None
-        room = (
-            f" ({free:.0f} MiB free there)" if free is not None and e.errno in DISK_ERRORS else ""
-        )
-        return 1, [f"error: cannot write {e.filename or 'a file'}: {e.strerror}{room}", *notes]
-    if isinstance(e, OSError) and e.filename:
-        return 1, [f"error: {e.filename}: {e.strerror}", *notes]
-    first = (str(e).strip().splitlines() or [""])[0][:1000]
-    if type(e).__name__ in ("CheckpointError", "BrokenEnv"):  # messages that say it all
-        return 1, [f"error: {first}", *notes]
-    head = f"error: {type(e).__name__}: {first}" if first else f"error: {type(e).__name__}"
-    return 1, [head, *(notes or ["run the command again with --debug for the traceback"])]
 
 
 def _say(lines: list[str]) -> None:
@@ -162,7 +125,7 @@ def _bad_input(message: str) -> typer.Exit:
 @contextmanager
 def _template_errors():
     """A model whose chat template breaks the token-exact contract: one line, exit 2."""
-    from turnrl.chat import TemplateError
+    from turnrl.run.commands import TemplateError
 
     try:
         yield
@@ -178,7 +141,7 @@ def check_template(
     ] = "auto",
 ) -> None:
     """Check a model's chat template against what token-exact episodes need."""
-    from turnrl.chat import check_model_template
+    from turnrl.run.commands import check_template as check_model_template
 
     if tool_format not in ("auto", "hermes", "llama3", "mistral", "json"):
         raise _bad_input(
@@ -205,7 +168,7 @@ def train(
     ] = False,
 ) -> None:
     """Train a policy (default: the tiny model on the code env, SFT warm start then RL)."""
-    from turnrl.train.preflight import preflight
+    from turnrl.run.preflight import preflight
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
@@ -213,11 +176,11 @@ def train(
                 f"--resume {resume}: not a run directory (no config.yaml); give the directory "
                 "a run was written to, such as runs/NAME"
             )
-        cfg = _config(resume / "config.yaml", overrides)
+        cfg = _run_config(resume, overrides)
     else:
         cfg = _config(config, overrides)
-    preflight(cfg)[0].close()  # model path, env options: bad input before torch loads
-    from turnrl.train.loop import train as run_training
+    preflight(cfg)[0].close()  # the machine, the model, env options: before torch loads
+    from turnrl.run.recipe import train as run_training
 
     # Plain lines to a file or pipe: rich would wrap them at 80 columns there.
     plain = quiet or not sys.stdout.isatty()
@@ -256,10 +219,17 @@ def evaluate(
         int | None, typer.Option(help="endpoint max_tokens per reply (unset: server default)")
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each endpoint reply")] = 60,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            help="keep the episodes here for turnrl view (default: runs_dir/eval-TARGET-ENV)"
+        ),
+    ] = None,
 ) -> None:
-    """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns.
-    With --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
-    from turnrl.train.preflight import HubUnavailable, check_model
+    """Evaluate a run, a model or an endpoint on held-out tasks: success, pass@k, pass^k, mean
+    turns, the endings by reason; the episodes are kept as records turnrl view opens. With
+    --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
+    from turnrl.run.preflight import HubUnavailable, check_model
 
     if endpoint is not None:
         _eval_endpoint(
@@ -271,6 +241,7 @@ def evaluate(
             tasks,
             baselines,
             out,
+            records,
             temperature=temperature,
             max_tokens=max_tokens,
             timeout=timeout,
@@ -282,7 +253,7 @@ def evaluate(
         raise _bad_input("eval: give a run directory or model, or --endpoint URL --model NAME")
     run_dir = Path(target)
     if (run_dir / "config.yaml").exists():
-        cfg = _config(run_dir / "config.yaml", overrides)
+        cfg = _run_config(run_dir, overrides)
     else:
         try:
             check_model(target, field="eval")
@@ -301,10 +272,11 @@ def evaluate(
             f"--k {k} needs sampled episodes, and rollout.eval_temperature=0 decodes "
             "greedily (k identical tries): drop it or set rollout.eval_temperature=1.0"
         )
-    from turnrl.train.eval_cli import run_eval
+    from turnrl.run.evaluate import records_dir, run_eval
 
+    folder = records or records_dir(cfg, target, run_dir)
     with _template_errors():
-        results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)
+        results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines, records=folder)
     _print_results(results, out)
 
 
@@ -315,11 +287,32 @@ def _print_results(results: dict, out: Path | None) -> None:
         )
     if out is not None:
         write_atomic(out, json.dumps(results, indent=2))
+    if "records" in results:
+        folder = results["records"]
+        console.print(
+            f"episodes kept in {folder} (browse: turnrl view {folder})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
-def _eval_endpoint(endpoint, model, target, overrides, k, tasks, baselines, out, **sampling):
-    from turnrl.policy.openai import OpenAIChat, OpenAIError
-    from turnrl.rollout.endpoint_agent import run_endpoint_eval
+def _run_config(run_dir: Path, overrides: list[str] | None):
+    """A run's saved config with ``overrides``; a saved ``model.device`` this machine lacks
+    becomes auto (said on the console), so a run trained on a GPU evaluates and exports here."""
+    from turnrl.run.preflight import run_config
+
+    cfg, note = run_config(run_dir, overrides or [])
+    if note:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
+    return cfg
+
+
+def _eval_endpoint(
+    endpoint, model, target, overrides, k, tasks, baselines, out, records, **sampling
+):
+    from turnrl.run.commands import OpenAIChat, OpenAIError
+    from turnrl.run.evaluate import records_dir, run_eval
 
     # with no run or model to name, the first override lands in TARGET
     cfg = _config(None, [*([target] if target else []), *(overrides or [])])
@@ -328,7 +321,10 @@ def _eval_endpoint(endpoint, model, target, overrides, k, tasks, baselines, out,
     except ValueError as e:
         raise _bad_input(f"--endpoint/--model: {e}") from None
     try:
-        results = run_endpoint_eval(cfg, chat, k=k, n_tasks=tasks, baselines=baselines)
+        folder = records or records_dir(cfg, model or "endpoint")
+        results = run_eval(
+            cfg, None, k=k, n_tasks=tasks, baselines=baselines, chat=chat, records=folder
+        )
     except OpenAIError as e:
         _say([f"endpoint: {e}"])
         raise typer.Exit(1) from None
@@ -346,8 +342,8 @@ def export(
         raise _bad_input(f"{run_dir}: no config.yaml; not a run directory")
     if out.exists():
         raise _bad_input(f"{out} already exists; give a new path")
-    cfg = _config(run_dir / "config.yaml", [])
-    from turnrl.train.export import export_run
+    cfg = _run_config(run_dir, [])
+    from turnrl.run.rundir import export_run
 
     console.print(f"written: {export_run(run_dir, out, cfg)}")
 
@@ -368,18 +364,18 @@ def view(
 ) -> None:
     """Browse runs: metric curves overlaid, per-task and per-tier success, and every token of
     the recorded trajectories with its logprobs, ratio and advantage."""
-    from turnrl.view.data import find_runs
+    from turnrl.run.rundir import find_runs
 
     try:
         run_dirs = find_runs(runs)
     except ValueError as e:
         raise _bad_input(f"turnrl view: {e}") from None
     if export is not None:
-        from turnrl.view.export import export_html
+        from turnrl.run.rundir import export_html
 
         console.print(str(export_html(run_dirs, export, records_mb=records_mb)))
         return
-    from turnrl.view.server import make_server
+    from turnrl.run.rundir import make_server
 
     try:
         server = make_server(run_dirs, port=port)
@@ -410,8 +406,7 @@ def report(
     reward-drift panel when RUN_DIR/audit.json exists)."""
     import shutil
 
-    from turnrl.view.data import AUDIT_NAME, is_run, read_audit_c
-    from turnrl.view.export import export_html
+    from turnrl.run.rundir import AUDIT_NAME, export_html, is_run, read_audit_c
 
     if not is_run(run_dir):
         raise _bad_input(f"{run_dir} has no metrics.jsonl; not a run directory")
@@ -445,8 +440,9 @@ def audit(
 ) -> None:
     """Estimate how far reward can drift: the share c of wrong solutions the tests catch, and
     the predicted gap (1 - p)(1 - c) between proxy reward and true success."""
-    from turnrl.rewards.audit import parse_kinds, run_audit
-    from turnrl.train.config import parse_overrides
+    from turnrl.run.commands import audit as run_audit
+    from turnrl.run.commands import parse_kinds
+    from turnrl.run.config import parse_overrides
 
     if env not in ("code", "code-weak"):
         raise _bad_input(
@@ -474,14 +470,14 @@ def audit(
 @app.command()
 def envs() -> None:
     """List the environments (shipped and installed) and the recipes shipped with turnrl."""
-    from turnrl.envs.registry import ENTRY_POINT_GROUP, SHIPPED, installed_envs
+    from turnrl.run.commands import env_listing
 
+    shipped, installed, group = env_listing()
     console.print("[bold]environments[/bold] (env.name=NAME)")
-    for name, (_, text) in SHIPPED.items():
+    for name, text in shipped:
         console.print(f"  {name:<10} {text}")
-    installed = installed_envs()
-    console.print(f"[bold]installed[/bold] (entry points in the group {ENTRY_POINT_GROUP!r})")
-    for name, target in installed.items():
+    console.print(f"[bold]installed[/bold] (entry points in the group {group!r})")
+    for name, target in installed:
         console.print(f"  {name:<10} {target}")
     if not installed:
         console.print("  none")
@@ -502,14 +498,10 @@ def doctor(
 ) -> None:
     """Check an env before training: tool schemas, the reset/step/grade contract, the expert,
     do-nothing and random agents near 0, deterministic replay, grade never raising, timings."""
-    from turnrl.envs.doctor import print_checks, run_doctor
+    from turnrl.run.commands import doctor as run_doctor
 
     cfg = _config(None, [f"env.name={env}", "sft.enabled=false", *(overrides or [])])
-    checks = run_doctor(
-        cfg.env.name, cfg.env.options, cfg.env.tasks, tasks, cfg.rollout.max_turns, cfg.seed
-    )
-    print_checks(checks, console, title=f"turnrl doctor {cfg.env.name}")
-    if any(c.ok is False for c in checks):
+    if not run_doctor(cfg, tasks, console):
         raise typer.Exit(1)
 
 

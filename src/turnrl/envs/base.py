@@ -27,14 +27,18 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
 
 ``env.subagent_env() -> ToolEnv``
     Optional: where a subagent works when the agent delegates (the ``subagent`` config
-    section adds a ``delegate(task)`` tool, :mod:`turnrl.rollout.subagent`). Called during
+    section adds a ``delegate(task)`` tool, :mod:`turnrl.envs.wrappers`). Called during
     an episode, so the returned env may hold a view of this episode's state (a document only
     the subagent can read). Its ``reset`` receives a Task whose payload holds the delegated
     text as ``"task"``; the sub-episode's answer is the observation of the step that ends it
     (a finishing tool returns the answer itself, ``ToolOutput(answer, done=True)``, or a
-    ``final_answer`` env's ``answer(text)`` returns it). The default: a view of this env's own
-    state offering the tools named in ``subagent_tools`` and a plain-text final answer; an
-    env with neither cannot enable the subagent. The sub-env is closed after its episode.
+    ``final_answer`` env's ``answer(text)`` returns it). The default (``None``): a view of this
+    env's own state offering the tools named in ``subagent_tools`` and a plain-text final
+    answer; an env with neither cannot enable the subagent. The sub-env is closed after its
+    episode.
+
+Env changes from the outside (an added tool, a recorded answer) are wrappers
+(:mod:`turnrl.envs.wrappers`), as in Gymnasium.
 
 Tools are listed in the class attribute ``tools`` (method names). Each method's type hints
 and docstring become the JSON schema shown to the model; arguments are validated by pydantic
@@ -147,15 +151,11 @@ class ToolEnv:
         """The agent's plain-text final answer (envs with ``final_answer = True``)."""
         raise NotImplementedError(f"{type(self).__name__} sets final_answer but has no answer()")
 
-    def subagent_env(self) -> ToolEnv:
-        """The env a subagent works in when the agent delegates (see the module docstring)."""
-        if not self.subagent_tools:
-            raise NotImplementedError(
-                f"{type(self).__name__} has no subagent_env() and no subagent_tools"
-            )
-        from turnrl.rollout.subagent import SharedStateEnv
-
-        return SharedStateEnv(self, self.subagent_tools)
+    def subagent_env(self) -> ToolEnv | None:
+        """The env a subagent works in when the agent delegates (see the module docstring);
+        None: a view of this env's own state offering ``subagent_tools``
+        (:class:`turnrl.envs.wrappers.SharedStateEnv`)."""
+        return None
 
     def anchor(self, observation: str) -> Any:
         """The env state after a step, hashable; GiGPO groups steps by it. Default: the

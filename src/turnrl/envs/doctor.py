@@ -454,7 +454,7 @@ def run_doctor(
     try:
         family = make_family(name, options, tasks)
         if hasattr(family, "subagent_expert"):  # played with a helper: its scripted one answers
-            from turnrl.rollout.subagent import with_subagent
+            from turnrl.envs.wrappers import with_subagent
 
             family = with_subagent(family, max_turns)
     except Exception as e:

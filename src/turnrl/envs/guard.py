@@ -213,9 +213,17 @@ class GuardedEnv(ToolEnv):
     def anchor(self, observation: str) -> Any:
         return self.env.anchor(observation)
 
-    def subagent_env(self) -> ToolEnv:
-        """The sub-env of this env's state, on this env's loop."""
-        return GuardedEnv(self.env.subagent_env(), loop=self._env_loop())
+    @property
+    def unwrapped(self) -> ToolEnv:
+        """The innermost env."""
+        env = self.env
+        return env.unwrapped if hasattr(env, "unwrapped") else env
+
+    def subagent_env(self) -> ToolEnv | None:
+        """The env's own sub-env (None: a view of its state, built by the caller), on this env's
+        loop: it shares this env's state."""
+        own = self.env.subagent_env()
+        return None if own is None else GuardedEnv(own, loop=self._env_loop())
 
     def _env_loop(self) -> EnvLoop:
         if self._loop is None:

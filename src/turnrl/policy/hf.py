@@ -27,6 +27,7 @@ updated one column per step, rather than rebuilt by transformers every step.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ from turnrl.policy.base import Generation, SamplingParams
 class CachedPrefix:
     tokens: list[int]  # [T]
     kv: torch.Tensor  # [layers, 2 (key, value), kv_heads, T, head_dim]
+    # the cache's value dtype: under autocast values are bf16 while keys (after the rotary
+    # embedding in float32) are float32; ``kv`` holds both exactly in the keys' dtype
+    value_dtype: torch.dtype | None = None
 
 
 @dataclass
@@ -110,13 +114,15 @@ class PrefixCache:
         """Whether ``put`` would keep a sequence of these tokens."""
         return self.key_len <= len(tokens) <= self.max_tokens
 
-    def put(self, tokens: list[int], kv: torch.Tensor) -> None:
+    def put(
+        self, tokens: list[int], kv: torch.Tensor, value_dtype: torch.dtype | None = None
+    ) -> None:
         if not self.fits(tokens):
             return
         while self.tokens + len(tokens) > self.max_tokens:
             self.pop(next(iter(self._entries)))
         entry_id, self._next_id = self._next_id, self._next_id + 1
-        self._entries[entry_id] = CachedPrefix(tokens, kv)
+        self._entries[entry_id] = CachedPrefix(tokens, kv, value_dtype)
         self._buckets.setdefault(tuple(tokens[: self.key_len]), set()).add(entry_id)
         self.tokens += len(tokens)
 
@@ -130,6 +136,10 @@ class HFPolicy:
     ``prefix_cache_tokens`` caps the tokens whose KV is kept between generations (0 disables
     prefix caching). The default suits the tiny model (about 8 KB of fp32 KV per token); a
     real model needs far more memory per token, so size it to the memory you can spare.
+
+    ``autocast``: sample under ``torch.autocast`` to this dtype (bf16), as the trainer computes
+    under ``trainer.mixed_precision``, so the behaviour logprobs come from the same arithmetic
+    as the trainer's (on a CPU with bf16 instructions about 1.5x faster than float32).
     """
 
     def __init__(
@@ -138,8 +148,10 @@ class HFPolicy:
         pad_token_id: int,
         max_batch_size: int = 64,
         prefix_cache_tokens: int = 32768,
+        autocast: torch.dtype | None = None,
     ) -> None:
         self.model = model
+        self.autocast = autocast
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.version = 0
@@ -162,9 +174,15 @@ class HFPolicy:
         out: list[Generation] = []
         for i in range(0, len(prompts), self.max_batch_size):
             chunk = slice(i, i + self.max_batch_size)
-            with self.lock:
+            with self.lock, self._precision():
                 out.extend(self._generate(prompts[chunk], params, gens[chunk]))
         return out
+
+    def _precision(self) -> contextlib.AbstractContextManager:
+        """Autocast to ``autocast`` (the trainer's mixed precision), else nothing."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast)
 
     def _weights_key(self) -> tuple:
         """Changes whenever the weights may have: a new version, an in-place update of any
@@ -205,12 +223,14 @@ class HFPolicy:
         cache = StaticCache(config=self.model.config, max_cache_len=length)
         C = max(c)
         if C > 0:
-            ref = next(h.kv for h in hits if h is not None)
+            first = next(h for h in hits if h is not None)
+            ref = first.kv
             _, _, H, _, hd = ref.shape
             shape = ref.new_empty((len(hits), H, 0, hd))  # only sizes the layer's buffers
+            v_shape = shape.to(first.value_dtype or ref.dtype)
             # Written in place, one copy per row and layer (no staging buffer, no index_copy_).
             for layer, ly in enumerate(cache.layers):
-                ly.lazy_initialization(shape, shape)
+                ly.lazy_initialization(shape, v_shape)
                 for b, h in enumerate(hits):
                     if h is not None and c[b] > 0:
                         ly.keys[b, :, C - c[b] : C] = h.kv[layer, 0, :, : c[b]]
@@ -335,11 +355,11 @@ class HFPolicy:
                 for i, src in enumerate((ly.keys, ly.values)):
                     kv[layer, i, :, : c[b]] = src[b, :, C - c[b] : C]
                     kv[layer, i, :, c[b] :] = src[b, :, C + D - d[b] : C + D + n]
-            self.prefix_cache.put(tokens, kv)
+            self.prefix_cache.put(tokens, kv, cache.layers[0].values.dtype)
 
     def score(self, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """Per-token logprobs of given sequences; entry t is log p(x_t | x_<t), entry 0 is 0."""
-        with torch.no_grad():
+        with torch.no_grad(), self._precision():
             ids, mask = pad_right(sequences, self.pad_token_id, self.device)
             logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
             lp = sequence_logprobs(logits, ids, temperature=temperature)  # [B, T]

@@ -97,6 +97,19 @@ def load_model(
     return model.to(dev)
 
 
+def with_lora(
+    model: torch.nn.Module, rank: int, alpha: float, targets: list[str]
+) -> torch.nn.Module:
+    """``model`` with LoRA adapters of rank ``rank`` and scale ``alpha / rank`` on the modules
+    named ``targets`` (peft); only the adapters train."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM"
+    )
+    return get_peft_model(model, config)
+
+
 def turn_end_token(tokenizer: Any) -> str:
     """The token that closes an assistant turn; ChatML's ``<|im_end|>`` where present."""
     vocab = tokenizer.get_vocab()

@@ -2,7 +2,8 @@
 
 :func:`score_trajectories` is the one place a reward is decided, for training and evaluation
 alike. Each finished episode's grade (``trajectory.graded``) goes through the run's rubric
-(:func:`build_rubric`: the env's grade, the episode screeners, any functions the config adds),
+(:func:`turnrl.rewards.pipeline.build_rubric`: the env's grade, the episode screeners, any
+functions the config adds),
 and the result is written onto the trajectory. An episode the env could not grade (an env
 error, the wall clock, a lost worker) is not scored: it keeps ``reward`` 0.0 as a placeholder,
 ``trajectory.excluded`` is true, and the trainer leaves it out of its group by default.
@@ -30,7 +31,6 @@ unknown. A metric-only function that raises is recorded and nothing is skipped.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -324,37 +324,3 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
     for reason in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT):
         metrics[f"reward/{reason.value}_rate"] = sum(t.termination is reason for t in trajs) / n
     return metrics
-
-
-def load_function(path: str) -> Any:
-    """``"pkg.module:name"`` -> that object (a reward function for a rubric)."""
-    module, sep, attr = path.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{path!r}: expected an import path 'package.module:function'")
-    try:
-        obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{path!r}: {type(e).__name__}: {e}") from None
-    if not callable(obj) and not isinstance(obj, GroupRewardFn):
-        raise ValueError(f"{path!r} is not callable")
-    return obj
-
-
-def build_rubric(
-    functions: dict[str, float] | None = None,
-    *,
-    grade_weight: float = 1.0,
-    screeners: bool = True,
-    zero_flagged: bool = True,
-) -> Rubric:
-    """The run's rubric: the env's grade (``grade_weight``), the rule-based episode screener
-    (``screeners``; a flagged episode gets 0 when ``zero_flagged``), and ``functions``, reward
-    functions by import path with their weights (0 = metric only)."""
-    from turnrl.rewards.screeners import RuleScreener
-    from turnrl.rewards.sources import env_reward
-
-    members: list[tuple[Any, float]] = [(env_reward, grade_weight)]
-    if screeners:
-        members.append((Screen(RuleScreener(), zero=zero_flagged), 0.0))
-    members += [(load_function(path), w) for path, w in (functions or {}).items()]
-    return Rubric(members)

@@ -407,8 +407,14 @@ async def collect(
 
 
 def default_sampling(
-    renderer: ChatRenderer, temperature: float = 1.0, top_p: float = 1.0
+    renderer: ChatRenderer,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int | None = None,
 ) -> SamplingParams:
+    """Sampling that stops at the end of the assistant's turn. ``max_new_tokens`` None: the
+    params' default (the agent loop asks for at most the episode's per-turn budget anyway)."""
+    extra = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     return SamplingParams(
-        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,)
+        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,), **extra
     )

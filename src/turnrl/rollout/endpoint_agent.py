@@ -4,8 +4,8 @@ The token-in/token-out loop (:mod:`turnrl.rollout.agent_loop`) needs our token i
 endpoint has its own tokenizer and returns messages. So this runner works on messages: the
 same env contract (``reset``/``step``/``grade``/``close``), the env's tools sent as
 ``tools=`` (OpenAI function schemas), and the same endings and metrics, so
-:func:`turnrl.train.evaluate.summarize` reads its trajectories like any others. They carry
-no token ids (nothing here can be trained).
+evaluation (:mod:`turnrl.run.evaluate`) scores them with the same rubric and summarises them
+like any others. They carry no token ids (nothing here can be trained).
 
 Two reply styles work: native ``tool_calls`` (``content`` may be null), answered with one
 ``tool`` message per call id; and tool calls written as text in ``content`` (Hermes
@@ -212,6 +212,7 @@ async def run_endpoint_episode(
         metrics=metrics,
         flags=list(result.flags) if result is not None else [],
         messages=messages,
+        graded=result,
     )
 
 
@@ -230,52 +231,3 @@ async def collect_endpoint(
             return await run_endpoint_episode(make_env(), req, chat, limits)
 
     return list(await asyncio.gather(*(one(r) for r in requests)))
-
-
-def run_endpoint_eval(
-    cfg: Any, chat: OpenAIChat, k: int = 1, n_tasks: int = 40, baselines: bool = True
-) -> dict[str, Any]:
-    """``turnrl eval --endpoint``: the endpoint model on ``n_tasks`` held-out tasks of
-    ``cfg.env``, k episodes each, with the same metrics as a local policy's evaluation.
-    Raises OpenAIError when every episode failed on the endpoint (nothing was measured)."""
-    from turnrl.envs.registry import make_family
-    from turnrl.train.evaluate import evaluate_scripted, summarize
-    from turnrl.train.loop import limits_of
-
-    family = make_family(cfg.env.name, cfg.env.options)
-    try:
-        tasks = family.tasks("test", n_tasks, seed=cfg.seed)
-        requests = [
-            EpisodeRequest(task, f"eval-{task.id}", cfg.seed * 100_000 + i * k + j)
-            for i, task in enumerate(tasks)
-            for j in range(k)
-        ]
-        trajs = asyncio.run(
-            collect_endpoint(
-                requests, family.make_env, chat, limits_of(cfg), cfg.rollout.max_concurrency
-            )
-        )
-        failed = [t.error for t in trajs if t.error and t.error.startswith("endpoint:")]
-        if trajs and len(failed) == len(trajs):
-            raise (OpenAITimeout if "timed out" in failed[0] else OpenAIError)(
-                f"every episode failed; first: {failed[0].removeprefix('endpoint: ')}"
-            )
-        result = summarize(trajs, k)
-        out: dict[str, Any] = {
-            "env": cfg.env.name,
-            "endpoint": f"{chat.model} @ {chat.base_url}",
-            "tasks": len(tasks),
-            **result.__dict__,
-            "endpoint_errors": len(failed),
-        }
-        out[f"pass^{k}"] = out.pop("pass_hat_k")
-        out[f"pass@{k}"] = out.pop("pass_at_k")
-        if baselines:
-            out["baseline/do_nothing"] = asyncio.run(evaluate_scripted(family, tasks, "baseline"))
-            if hasattr(family, "random_agent"):
-                out["baseline/random"] = asyncio.run(
-                    evaluate_scripted(family, tasks, "random", seed=cfg.seed)
-                )
-        return out
-    finally:
-        family.close()

@@ -23,7 +23,7 @@ import torch
 from turnrl.files import discard, free_mib
 
 if TYPE_CHECKING:
-    from turnrl.train.distributed import Dist
+    from turnrl.train.parallel import Dist
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

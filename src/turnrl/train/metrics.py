@@ -71,7 +71,10 @@ def sample_record(t: Trajectory, renderer) -> dict:
         "termination": t.termination.value,
         "flags": t.flags,
         "error": t.error,
-        "messages": [{"role": m["role"], "content": m["content"][:2000]} for m in t.messages[1:]],
+        "messages": [
+            {"role": m["role"], "content": str(m.get("content") or "")[:2000]}
+            for m in t.messages[1:]
+        ],
     }
 
 

@@ -35,8 +35,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from turnrl.train.config import ConfigError, TrainConfig
-
 T = TypeVar("T")
 
 # reward metrics that count episodes of the batch (the others are per-episode means)
@@ -46,74 +44,6 @@ COUNTS = {"judge/skipped"}
 def launched_world() -> int:
     """The number of processes torchrun started (1 without torchrun)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def resolve_strategy(cfg: TrainConfig, world: int) -> str:
-    """``trainer.strategy``; ``auto`` is none on one process, else FSDP2 on CUDA, DDP on CPU.
-    DDP over one process is none (FSDP2 over one still shards nothing but casts and keeps
-    float32 master weights)."""
-    s = cfg.trainer.strategy
-    if world == 1 and s in ("auto", "ddp"):
-        return "none"
-    if s != "auto":
-        return s
-    return "fsdp2" if _on_cuda(cfg) else "ddp"
-
-
-def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
-    """bf16 compute (``trainer.mixed_precision``; ``auto``: on CUDA only), or None for none."""
-    mp = cfg.trainer.mixed_precision
-    if mp == "auto":
-        return torch.bfloat16 if _on_cuda(cfg) else None
-    return torch.bfloat16 if mp == "bf16" else None
-
-
-def _on_cuda(cfg: TrainConfig) -> bool:
-    device = cfg.model.device
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-
-
-def check_trainer(cfg: TrainConfig, world: int) -> None:
-    """Refuse, before anything is written, what this many processes cannot train."""
-    problems = []
-    strategy = resolve_strategy(cfg, world)
-    where = f"with {world} processes (WORLD_SIZE={world})"
-    if world > 1 and strategy == "none":
-        problems.append(f"trainer.strategy=none {where}: choose ddp or fsdp2 (or auto)")
-    if world > 1 and cfg.rollout.backend == "vllm":
-        problems.append(f"rollout.backend=vllm {where}: one trainer process only (use hf)")
-    if strategy == "fsdp2" and cfg.algo.advantage == "gae_turn":
-        problems.append(
-            "trainer.strategy=fsdp2 with algo.advantage=gae_turn: the critic's value head is not "
-            "sharded; use trainer.strategy=ddp"
-        )
-    if strategy == "fsdp2" and not _shardable(cfg):
-        problems.append(
-            f"trainer.strategy=fsdp2: model {cfg.model.name} declares no transformer blocks "
-            "(_no_split_modules) to shard; use trainer.strategy=ddp"
-        )
-    if problems:
-        raise ConfigError("\n".join(problems))
-
-
-def _shardable(cfg: TrainConfig) -> bool:
-    """Whether the model class names its blocks; decided from its config, no weights loaded."""
-    if cfg.model.name == "tiny":
-        return True  # a LlamaForCausalLM
-    try:
-        from transformers import AutoConfig
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-        from turnrl.policy.models import model_source
-
-        path, kwargs = model_source(cfg.model.name)
-        config = AutoConfig.from_pretrained(
-            path, trust_remote_code=cfg.model.trust_remote_code, **kwargs
-        )
-        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-    except Exception:  # a model only loading can tell about: decided when it is wrapped
-        return True
-    return bool(getattr(cls, "_no_split_modules", None))
 
 
 @dataclass
@@ -370,6 +300,10 @@ class Scorer(nn.Module):
             )
 
 
+class ShardError(ValueError):
+    """FSDP2 found nothing to shard in the model (a setting the model cannot take)."""
+
+
 def shard(scorer: Scorer, model: nn.Module, precision: torch.dtype | None) -> nn.Module:
     """FSDP2: each transformer block its own shard group, the rest (embeddings, final norm,
     output layer, tied or not) in the root's; optimizer state follows the parameter shards."""
@@ -380,7 +314,7 @@ def shard(scorer: Scorer, model: nn.Module, precision: torch.dtype | None) -> nn
         blocks |= set(getattr(m, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in blocks]
     if not layers:
-        raise ConfigError(
+        raise ShardError(
             f"trainer.strategy=fsdp2: {type(model).__name__} has no transformer blocks to shard; "
             "use trainer.strategy=ddp"
         )
@@ -412,18 +346,16 @@ def _to_name_format(by_index: dict, names: list[str]) -> dict:
     return {"state": {names[i]: s for i, s in by_index["state"].items()}, "param_groups": groups}
 
 
-def init_dist(cfg: TrainConfig) -> Dist:
-    """This process's :class:`Dist`: the process group torchrun describes (gloo on CPU, NCCL on
+def init_dist(strategy: str, precision: torch.dtype | None = None, cuda: bool = False) -> Dist:
+    """This process's :class:`Dist` for ``strategy`` (none, ddp or fsdp2, as resolved for the
+    processes torchrun started): the process group torchrun describes (gloo on CPU, NCCL on
     CUDA), a one-process group for FSDP2 without torchrun, or none."""
     world = launched_world()
-    check_trainer(cfg, world)
-    strategy = resolve_strategy(cfg, world)
-    d = Dist(strategy=strategy, precision=resolve_precision(cfg))
+    d = Dist(strategy=strategy, precision=precision)
     if world == 1 and strategy != "fsdp2":
         return d
     d.rank, d.world = int(os.environ.get("RANK", "0")), world
     d.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = _on_cuda(cfg)
     if cuda:
         torch.cuda.set_device(d.local_rank)
     if not dist.is_initialized():

@@ -1,9 +1,14 @@
 """One typed config schema for a run.
 
 Sources, later ones winning: the schema's defaults, a recipe (``recipe=NAME``, a YAML file in
-``turnrl/tiny/recipes``), a YAML file (``--config FILE``), and ``key=value`` overrides with
+``turnrl/recipes``), a YAML file (``--config FILE``), and ``key=value`` overrides with
 dotted paths (``algo.advantage=rloo``). Unknown keys and bad values fail before any work starts,
 all reported together, each naming its field.
+
+Validation here checks values only: it never imports the user's env, probes a device or reads a
+file, so a saved ``config.yaml`` loads on any machine. What touches the machine (the env's
+import path, ``env.tasks``, model directories, CUDA, reward functions) is checked by
+:func:`turnrl.run.preflight.preflight` when a command starts, with the same one-line errors.
 
 The schema's defaults serve a pretrained model: no SFT, a fine-tuning learning rate, the env's
 own default tasks. The default run is the one exception: with no recipe, no config file and no
@@ -29,8 +34,10 @@ from pydantic import (
 )
 
 from turnrl.rollout.context import ContextConfig
+from turnrl.run.models import MODELS, named_model
+from turnrl.tiny import TinyConfig
 
-RECIPES = Path(__file__).resolve().parent.parent / "tiny" / "recipes"
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DEFAULT_RECIPE = "code-tiny"
 
 
@@ -39,7 +46,9 @@ class Strict(BaseModel):
 
 
 class ModelConfig(Strict):
-    name: str = "tiny"  # "tiny" (see the tiny section), "smollm2", or a transformers path
+    # a named model (turnrl.run.models: tiny, smollm2) or a transformers path (a local
+    # directory or a hub id)
+    name: str = "tiny"
     # where and in what precision the sampler and trainer hold the model: auto = cuda with
     # bfloat16 where a GPU is visible, else cpu with float32
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
@@ -53,26 +62,15 @@ class ModelConfig(Strict):
     # how the model writes tool calls; auto reads the family from its chat template
     tool_format: Literal["auto", "hermes", "llama3", "mistral", "json"] = "auto"
 
-    @model_validator(mode="after")
-    def _device_exists(self) -> ModelConfig:
-        if self.device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ValueError(f"device: {self.device} asked for, but no CUDA device is visible")
-            index = int(self.device.partition(":")[2] or 0)
-            if index >= torch.cuda.device_count():
-                raise ValueError(
-                    f"device: {self.device}, but only {torch.cuda.device_count()} CUDA "
-                    "device(s) are visible"
-                )
-        return self
-
 
 class EnvConfig(Strict):
     # a shipped env (`turnrl envs`), an installed package's `turnrl.envs` entry point, or an
     # import path pkg.module:Class; the run records the import path an entry point resolves to
     name: str = "code"
+    # the directory env.name's module is imported from when it is not installed: recorded at
+    # run start for a module found in the working directory, so eval, --resume and export
+    # find it from any directory
+    path: str | None = None
     options: dict[str, Any] = {}  # passed to the env family; its own defaults fill the rest
     # FILE.jsonl (or a `datasets` name/directory): the tasks, instead of the env's own; a file
     # is recorded by its absolute path
@@ -82,28 +80,11 @@ class EnvConfig(Strict):
 
     @field_validator("name")
     @classmethod
-    def _resolve_name(cls, name: str) -> str:
-        from turnrl.envs.registry import resolve_env_name
-
-        return resolve_env_name(name)
-
-    @field_validator("tasks")
-    @classmethod
-    def _read_tasks(cls, source: str | None) -> str | None:
-        from turnrl.envs.task_files import check_tasks_source
-
-        return None if source is None else check_tasks_source(source)
-
-    @model_validator(mode="after")
-    def _tasks_supplied(self) -> EnvConfig:
-        from turnrl.envs.registry import supplies_tasks
-
-        if self.tasks is None and not supplies_tasks(self.name):
-            raise ValueError(
-                f"env.tasks: {self.name} supplies no tasks; set env.tasks=FILE.jsonl or give "
-                "the class a classmethod tasks(split, n, seed)"
-            )
-        return self
+    def _name_shape(cls, name: str) -> str:
+        module, sep, attr = name.partition(":")
+        if sep and not (module and attr):
+            raise ValueError(f"{name!r} is not an import path of the form pkg.module:Class")
+        return name
 
 
 class RolloutConfig(Strict):
@@ -152,8 +133,6 @@ class RolloutConfig(Strict):
     @model_validator(mode="after")
     def _context_fits(self) -> RolloutConfig:
         errors = self.context_config().check(self.max_context_tokens)
-        if self.summarizer not in (None, "smollm2") and not Path(self.summarizer).is_dir():
-            errors.append(f"summarizer={self.summarizer!r}: no such model directory")
         if errors:
             raise ValueError("\n".join(f"rollout.{e}" for e in errors))
         return self
@@ -227,7 +206,7 @@ class AlgoConfig(Strict):
 
 class RewardConfig(Strict):
     """How a reward is decided: ``env.grade()`` -> a rubric -> ``trajectory.reward``
-    (:func:`turnrl.rewards.rubric.build_rubric`)."""
+    (:func:`turnrl.rewards.pipeline.build_rubric`)."""
 
     grade_weight: float = 1.0  # the env's own grade in the rubric (0: logged, not rewarded)
     screeners: bool = True  # rule-based episode screeners (test edits, exit calls, grader access)
@@ -237,17 +216,12 @@ class RewardConfig(Strict):
 
     @field_validator("functions")
     @classmethod
-    def _functions_import(cls, functions: dict[str, float]) -> dict[str, float]:
-        from turnrl.rewards.rubric import load_function
-
-        problems = []
-        for path in functions:
-            try:
-                load_function(path)
-            except ValueError as e:
-                problems.append(str(e))
-        if problems:
-            raise ValueError("; ".join(problems))
+    def _functions_shape(cls, functions: dict[str, float]) -> dict[str, float]:
+        bad = [p for p in functions if not all(p.partition(":")[::2]) or ":" not in p]
+        if bad:
+            raise ValueError(
+                "; ".join(f"{p!r}: expected an import path 'package.module:function'" for p in bad)
+            )
         return functions
 
 
@@ -276,19 +250,6 @@ class SFTConfig(Strict):
     batch_size: int = Field(8, ge=1)
 
 
-class TinyConfig(Strict):
-    """The tiny model trained from scratch (``model.name=tiny`` only; see :mod:`turnrl.tiny`)."""
-
-    vocab_size: int = Field(2048, ge=256)  # byte-level BPE trained on the env's text
-    hidden_size: int = Field(128, ge=32)
-    layers: int = Field(4, ge=1)
-    value_weight: float = Field(3.0, ge=0)  # SFT: extra loss weight on tool-argument values
-    # copying by induction (turnrl.tiny.induction): warm up on copy rows for at most this many
-    # steps (0: none), then mix copy_rows of them into every SFT step so the circuit survives it
-    induction_steps: int = Field(0, ge=0)
-    copy_rows: int = Field(0, ge=0)
-
-
 class SubagentConfig(Strict):
     """A ``delegate(task)`` tool: a frozen model runs its own episode in the env's sub-env and
     its answer returns as an observation (mask 0; see :mod:`turnrl.rollout.subagent`)."""
@@ -313,11 +274,6 @@ class SubagentConfig(Strict):
             from turnrl.policy.openai import endpoint_chat
 
             endpoint_chat(model, "subagent.model")  # raises ValueError naming the bad key
-        elif model not in ("snapshot", "smollm2") and not (Path(model) / "config.json").is_file():
-            raise ValueError(
-                f"subagent.model: {model} is not a model directory (no config.json); give "
-                "snapshot, smollm2, a local model directory or an endpoint {base_url, model}"
-            )
         return model
 
     @model_validator(mode="after")
@@ -385,18 +341,24 @@ class TrainConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _tiny_section(cls, data: Any) -> Any:
-        """The tiny section exists exactly when the model is the tiny one."""
+    def _model_section(cls, data: Any) -> Any:
+        """A named model's own settings section (``tiny``) exists exactly when it is used."""
         if not isinstance(data, dict):
             return data
         model = data.get("model")
+        default = ModelConfig.model_fields["name"].default
         name = (
-            model.get("name", "tiny") if isinstance(model, dict) else getattr(model, "name", "tiny")
+            model.get("name", default)
+            if isinstance(model, dict)
+            else getattr(model, "name", default)
         )
-        if name == "tiny" and data.get("tiny") is None:
-            return {**data, "tiny": {}}
-        if name != "tiny" and data.get("tiny") is not None:
-            raise ValueError(f"tiny: settings of the tiny model, but model.name is {name!r}")
+        for key, entry in MODELS.items():
+            if entry.settings is None:
+                continue
+            if name == key and data.get(key) is None:
+                data = {**data, key: {}}
+            elif name != key and data.get(key) is not None:
+                raise ValueError(f"{key}: settings of the {key} model, but model.name is {name!r}")
         return data
 
     @model_validator(mode="after")
@@ -406,9 +368,10 @@ class TrainConfig(Strict):
             raise ValueError(
                 "sync_every must be <= max_staleness + 1 (older weights would exceed the bound)"
             )
-        if self.model.lora and self.model.name == "tiny":
+        if self.model.lora and named_model(self.model.name).from_scratch:
             raise ValueError(
-                "model.lora: the tiny model trains all its weights (LoRA is for a pretrained model)"
+                f"model.lora: the {self.model.name} model trains all its weights (LoRA is for a "
+                "pretrained model)"
             )
         if self.optim.micro_batch_size > self.optim.minibatch_size:
             raise ValueError("optim.micro_batch_size must not exceed optim.minibatch_size")
@@ -434,14 +397,6 @@ class TrainConfig(Strict):
                 )
         if self.subagent.enabled and self.distributed.backend != "local":
             raise ValueError("subagent.enabled: only with distributed.backend=local")
-        if self.sft.enabled and self.sft.episodes > 0:
-            from turnrl.envs.registry import has_expert
-
-            if not has_expert(self.env.name):
-                raise ValueError(
-                    f"sft.enabled: env {self.env.name} has no expert to demonstrate; set "
-                    "sft.enabled=false (or give it expert(task, seed, noise))"
-                )
         return self
 
     def _check_vllm_placement(self) -> None:

@@ -15,9 +15,37 @@ from typing import Any
 
 import torch
 
+from turnrl.policy.base import PolicyBackend
 from turnrl.policy.hf import HFPolicy
-from turnrl.train.config import TrainConfig
+from turnrl.run.config import TrainConfig
 from turnrl.train.export import saved_policy
+from turnrl.types import Trajectory
+
+
+def sampler_of(
+    cfg: TrainConfig, run_dir: Path, model: torch.nn.Module, policy: HFPolicy
+) -> PolicyBackend:
+    """What samples the rollouts: the trainer's own model (``hf``) or a vLLM engine."""
+    return policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, model, policy)
+
+
+def after_update(
+    cfg: TrainConfig,
+    run_dir: Path,
+    sampler: PolicyBackend,
+    policy: HFPolicy,
+    model: torch.nn.Module,
+    trajs: list[Trajectory],
+    evaluating: bool,
+) -> dict[str, float]:
+    """After an update to ``policy.version``: push the weights to vLLM every ``sync_every``
+    versions and before a held-out evaluation (which always sees the trainer's current weights);
+    returns how far the trained tokens lagged (nothing for ``hf``, which is always current)."""
+    if sampler is policy:
+        return {}
+    if policy.version - sampler.version >= cfg.sync_every or evaluating:
+        push_weights(cfg, run_dir, sampler, model, policy.version)
+    return sampler_lag(trajs, policy.version - 1)
 
 
 def vllm_sampler(cfg: TrainConfig, run_dir: Path, model: torch.nn.Module, policy: HFPolicy):
