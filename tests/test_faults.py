@@ -200,7 +200,7 @@ def test_blocking_call_inside_async_tool_ends_its_episode_and_is_named(
         "warning: env asyncblock: tool 'work': the event loop has not run for 1 s; its thread "
         f"is at {__file__}:"
     )
-    assert "in work (a blocking call inside async def?" in stalls[0]
+    assert "in work (a blocking call in env code: inside async def, make the method" in stalls[0]
     assert blocking_tool_stats()["env/stuck_threads"] >= 1  # until its sleep ends
 
 
