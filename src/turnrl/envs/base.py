@@ -49,9 +49,9 @@ per-turn reward, end the episode, or attach a screenshot.
 
 A tool may be ``async def`` or a plain ``def``. Every call an episode makes into an env runs on
 the env's own event loop in a thread of its own (:mod:`turnrl.envs.guard`), so a blocking call
-inside an ``async def`` stalls only its own episode; a plain method runs on a daemon thread of
-its own, so a blocking call (``time.sleep``, ``subprocess.run``, a slow database) overlaps with
-the env's other work. One env's calls are sequential, but each may run on a different thread
+(``time.sleep``, ``subprocess.run``, a slow database), in a plain method or inside an ``async
+def``, stalls only its own episode, and the other episodes overlap with it. Called outside
+such a loop (a test calling ``env.step``), a plain method runs on a daemon thread of its own. One env's calls are sequential, but each may run on a different thread
 (an sqlite connection needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the
 agent loop's episode timeout caps them all. A call past either ends its episode with TIMEOUT.
 A thread cannot be killed: one still running after its timeout is counted as stuck
@@ -180,10 +180,15 @@ class ToolEnv:
             return StepResult(text, info={"error": "bad_arguments", "anchor": self.anchor(text)})
         try:
             if inspect.iscoroutinefunction(method):
-                call_out = method(**validated)
+                out = await asyncio.wait_for(method(**validated), self.tool_timeout_s)
+            elif (plain := getattr(_ENV_THREAD, "plain", None)) is not None:
+                plain[0] += 1  # on the env's own thread; the caller's clocks run
+                try:
+                    out = method(**validated)
+                finally:
+                    plain[0] -= 1
             else:
-                call_out = run_blocking(method, validated)
-            out = await asyncio.wait_for(call_out, self.tool_timeout_s)
+                out = await asyncio.wait_for(run_blocking(method, validated), self.tool_timeout_s)
             if inspect.isawaitable(out):  # a plain method that returned an awaitable
                 out = await asyncio.wait_for(out, self.tool_timeout_s)
         except TimeoutError:
@@ -202,6 +207,15 @@ class ToolEnv:
 
 
 MAX_STUCK_THREADS = 64
+_ENV_THREAD = threading.local()
+
+
+def mark_env_thread() -> list[int]:
+    """Mark this thread as one env's own (:class:`turnrl.envs.guard.EnvLoop`): a plain tool
+    method then runs right here, as nothing else waits on the thread. Returns the count of
+    plain methods running (the watchdog does not report a loop they block: they may)."""
+    _ENV_THREAD.plain = [0]
+    return _ENV_THREAD.plain
 
 
 class _Slot:

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from turnrl.envs.base import USER_THREADS, StepResult, ToolEnv
+from turnrl.envs.base import USER_THREADS, StepResult, ToolEnv, mark_env_thread
 from turnrl.types import RewardResult, Task, ToolCall
 
 logger = logging.getLogger("turnrl")
@@ -96,16 +96,22 @@ class EnvLoop:
         self.abandoned: set[int] = set()  # calls whose caller gave up (they may still run)
         self._lock = threading.Lock()  # calls/abandoned change on both threads
         self.stopped = False
+        self.plain_calls = [0]  # plain tool methods running here (they may block)
         self.thread = threading.Thread(target=self._serve, name=f"env-{label}", daemon=True)
         self.thread.start()
         WATCHDOG.watch(self.loop, self.thread, self.describe, BLOCKING_HINT)
 
-    def describe(self) -> str:
+    def describe(self) -> str | None:
+        """What the loop runs, for the watchdog; None while a plain tool method runs (a plain
+        method may block: that is what it is for)."""
+        if self.plain_calls[0]:
+            return None
         with self._lock:  # read from the watchdog's thread
             running = next(iter(self.calls.values()), "its event loop")
         return f"env {self.label}: {running}"
 
     def _serve(self) -> None:
+        self.plain_calls = mark_env_thread()
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()
@@ -332,11 +338,11 @@ class Watchdog:
         self,
         loop: asyncio.AbstractEventLoop,
         thread: threading.Thread,
-        describe: Callable[[], str],
+        describe: Callable[[], str | None],
         hint: str = "",
     ) -> None:
-        """Watch ``loop`` (run by ``thread``); a stall is reported as ``describe()``, the
-        place ``thread`` is stuck on, and ``hint``."""
+        """Watch ``loop`` (run by ``thread``); a stall is reported as ``describe()`` (None: an
+        expected stall, not reported), the place ``thread`` is stuck on, and ``hint``."""
         with self._lock:
             self._watched[id(loop)] = _Watched(loop, thread, describe, hint)
             if self._thread is None:
@@ -372,9 +378,12 @@ class Watchdog:
                 except RuntimeError:  # closed meanwhile
                     w.probe = None
             elif now - w.probe >= STALL_S and not w.reported:
+                what = w.describe()
+                if what is None:  # a stall that is expected
+                    continue
                 w.reported = True
                 logger.warning(
-                    f"warning: {w.describe()}: the event loop has not run for "
+                    f"warning: {what}: the event loop has not run for "
                     f"{now - w.probe:.0f} s; its thread is at {stuck_at(w.thread)}{w.hint}"
                 )
 
