@@ -138,11 +138,17 @@ class EnvLoop:
             )
         key = next(self._ids)
 
+        plain = not inspect.iscoroutinefunction(fn)  # sync code (an agent's act) may block
+
         async def here() -> Any:
             with self._lock:
                 self.calls[key] = what
             try:
-                out = fn(*args)
+                self.plain_calls[0] += plain
+                try:
+                    out = fn(*args)
+                finally:
+                    self.plain_calls[0] -= plain
                 return await out if inspect.isawaitable(out) else out
             finally:
                 with self._lock:
