@@ -43,6 +43,7 @@ from turnrl.train.step import train_on_batch
 
 BANDIT = [
     "name=bench",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "rollout.tasks_per_step=4",

@@ -36,6 +36,7 @@ def config(args: argparse.Namespace, nproc: int, runs: Path) -> list[str]:
         f"runs_dir={runs}",
         f"name=n{nproc}",
         f"steps={args.steps + 1}",
+        "model.name=tiny",
         "env.name=guess",
         "env.options={low: 1, high: 8, secret: 5}",
         "env.eval_tasks=2",

@@ -1,7 +1,7 @@
 """Soak test: a long tiny run with faults injected at random in every path that runs env code,
 then an audit of what it wrote.
 
-The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``distributed.backend=ray``),
+The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``rollout.workers=ray``),
 its warm start (the expert's demonstrations, then SFT) played afresh in a cache of its own.
 Faults, chosen at random (seeded):
 
@@ -60,10 +60,10 @@ STEPS_ARGS = [
     "threads=1",
     "optim.minibatch_size=8",
     "optim.micro_batch_size=8",
-    "distributed.backend=ray",
-    "distributed.num_workers=2",
-    "distributed.max_retries=2",
-    "distributed.max_replacements=1000",
+    "rollout.workers=ray",
+    "ray.num_workers=2",
+    "ray.max_retries=2",
+    "ray.max_replacements=1000",
     "max_staleness=0",
 ]
 HANG_S = 7.0  # past the episode timeout

@@ -95,6 +95,7 @@ def step_new(model, ids, mask) -> float:
     cfg = load_config(
         None,
         [
+            "model.name=tiny",
             "env.name=guess",
             f"optim.minibatch_size={B}",
             f"optim.micro_batch_size={B}",

@@ -174,6 +174,8 @@ def test_weak_grade_rewards_training_tests_and_keeps_true_success():
     assert r.components["visible_proxy"] == 0.0 and r.components["training_tests"] == 1.0
     assert weak_grade(base, ["t::a", "t::b"], 0.0).reward == 0.0
     assert weak_grade(base, ["t::a", "t::missing"], 0.0).reward == 0.0
+    base.flags = ["visible_only"]  # a finding: the proxy still decides the training reward
+    assert weak_grade(base, ["t::a"], penalty=-1.0).reward == 1.0
     base.flags = ["test_tampering"]
     assert weak_grade(base, ["t::a"], penalty=-1.0).reward == -1.0
 

@@ -25,7 +25,7 @@ from transformers import LlamaForCausalLM
 from tests.test_step import tiny_lm, uneven_batch
 from turnrl.algo.critic import TurnCritic
 from turnrl.run.config import load_config
-from turnrl.run.models import resolve_precision
+from turnrl.run.device import resolve_precision
 from turnrl.run.preflight import check_trainer, resolve_strategy
 from turnrl.run.recipe import train
 from turnrl.train.parallel import Dist, Scorer, ShardError, shard
@@ -41,6 +41,7 @@ def step_cfg(advantage: str):
     return load_config(
         None,
         [
+            "model.name=tiny",
             "env.name=guess",
             f"algo.advantage={advantage}",
             "algo.kl_coef=0.1",  # a reference pass and a proximal pass through the wrapper
@@ -143,6 +144,7 @@ def test_two_processes_train_exactly_as_one(tmp_path):
 # -- the real CLI under torchrun ---------------------------------------------------------------
 
 RUN = [
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 3, secret: 2}",
     "env.eval_tasks=2",
@@ -252,7 +254,9 @@ def test_what_two_processes_cannot_train_fails_before_anything_is_written(
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(app, ["train", "env.name=guess", f"runs_dir={tmp_path / 'runs'}", *args])
+    r = CliRunner().invoke(
+        app, ["train", "model.name=tiny", "env.name=guess", f"runs_dir={tmp_path / 'runs'}", *args]
+    )
     assert r.exit_code == 2, r.output
     assert says in r.output and "nothing was started" in r.output
     assert not (tmp_path / "runs").exists()
@@ -261,8 +265,8 @@ def test_what_two_processes_cannot_train_fails_before_anything_is_written(
 def test_vllm_is_refused_with_more_than_one_trainer_process():
     # Decided from the config alone (this machine has no vLLM to get further).
     cfg = step_cfg("grpo")
-    cfg.rollout.backend = "vllm"
-    assert any("rollout.backend=vllm with 2 processes" in p for p in check_trainer(cfg, 2))
+    cfg.rollout.sampler = "vllm"
+    assert any("rollout.sampler=vllm with 2 processes" in p for p in check_trainer(cfg, 2))
     assert check_trainer(cfg, 1) == []
 
 
@@ -275,12 +279,15 @@ def test_each_rank_gets_whole_groups_in_order():
 
 
 def test_cpu_defaults_train_as_before_and_bf16_is_asked_for():
-    cfg = load_config(None, ["env.name=guess", "model.device=cpu"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess", "model.device=cpu"])
     assert resolve_strategy(cfg, 1) == "none" and resolve_precision(cfg) is None
     assert resolve_strategy(cfg, 2) == "ddp"
-    cfg = load_config(None, ["env.name=guess", "model.device=cpu", "trainer.mixed_precision=bf16"])
+    cfg = load_config(
+        None,
+        ["model.name=tiny", "env.name=guess", "model.device=cpu", "trainer.mixed_precision=bf16"],
+    )
     assert resolve_precision(cfg) is torch.bfloat16
-    cfg = load_config(None, ["env.name=guess", "trainer.strategy=ddp"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess", "trainer.strategy=ddp"])
     assert resolve_strategy(cfg, 1) == "none"  # DDP over one process is plain training
 
 

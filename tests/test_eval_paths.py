@@ -23,6 +23,7 @@ from turnrl.run.evaluate import eval_seed, evaluate, local_player
 from turnrl.run.preflight import check_machine, env_tasks
 from turnrl.tiny.model import train_tokenizer
 from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.view.records import read_step
 
 PARSER = HermesToolCallParser()
 ENV = "tests.test_eval_paths:NotesEnv"
@@ -57,6 +58,9 @@ class NotesEnv(ToolEnv):
     async def grade(self) -> RewardResult:
         ok = self.done and self.task.payload["file"] in self.files
         return RewardResult(float(ok), ok, components={"files": float(len(self.files))})
+
+    def measure(self) -> dict[str, float]:
+        return {"files": float(len(self.files))}
 
 
 def actions(first_message: str) -> list[str]:
@@ -106,7 +110,8 @@ def renderer() -> ChatRenderer:
 
 def test_local_and_endpoint_eval_score_an_episode_alike(renderer, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    overrides = [f"env.name={ENV}", "env.eval_tasks=3", f"runs_dir={tmp_path}"]
+    overrides = ["model.name=tiny", f"env.name={ENV}", "env.eval_tasks=3", f"runs_dir={tmp_path}"]
+    overrides += ["reward.shaping={files: 0.5}"]  # per-turn rewards, decided alike too
     cfg = load_config(None, overrides)
     check_machine(cfg, training=False)
     family, _, tasks = env_tasks(cfg, train=False)
@@ -129,6 +134,7 @@ def test_local_and_endpoint_eval_score_an_episode_alike(renderer, tmp_path, monk
     assert r.exit_code == 0, r.output
     remote = {row["task"]: row for row in map(json.loads, (records / "episodes.jsonl").open())}
     assert sorted(remote) == sorted(t.task_id for t in local)
+    turns = {r["task"]: [u["reward"] for u in r["turns"]] for r in read_step(records, 0)}
     for t in local:
         row = remote[t.task_id]
         assert (row["reward"], row["flags"], row["success"], row["end"]) == (
@@ -137,6 +143,8 @@ def test_local_and_endpoint_eval_score_an_episode_alike(renderer, tmp_path, monk
             t.metrics["success"],
             t.termination.value,
         )
+        assert turns[t.task_id] == [u.reward for u in t.turns]
+    assert turns[tasks[0].id] == [0.5, 0.0]  # shaped: the write moved "files" from 0 to 1
     # the rubric decided both: the test file was flagged and zeroed in each path
     flagged = [t for t in local if t.flags]
     assert [t.task_id for t in flagged] == [tasks[1].id] and flagged[0].reward == 0.0
@@ -161,7 +169,13 @@ def test_endpoint_eval_reads_env_tasks(tmp_path, monkeypatch):
         out = tmp_path / "eval.json"
         r = CliRunner().invoke(
             app,
-            ["eval", f"env.name={ENV}", f"env.tasks={tasks_file}", "env.eval_tasks=2"]
+            [
+                "eval",
+                "model.name=tiny",
+                f"env.name={ENV}",
+                f"env.tasks={tasks_file}",
+                "env.eval_tasks=2",
+            ]
             + ["--endpoint", stub.url, "--model", "stub", "--no-baselines", "--out", str(out)]
             + ["--records", str(tmp_path / "rec")],
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from turnrl.cli import app
@@ -36,6 +37,7 @@ GUESS = [
     "threads=1",
 ]
 TINY = [
+    "model.name=tiny",
     "sft.enabled=true",
     "sft.episodes=16",
     "sft.epochs=1",
@@ -48,6 +50,18 @@ TINY = [
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
+
+
+def earlier_keys(text: str) -> str:
+    """A saved config.yaml as an earlier version wrote it: ``mode``, ``rollout.backend`` and
+    the ``distributed`` section instead of ``max_staleness``, ``rollout.sampler``,
+    ``rollout.workers`` and ``ray``."""
+    data = yaml.safe_load(text)
+    assert data["max_staleness"] == 0
+    data["mode"], data["max_staleness"] = "sync", 1
+    data["rollout"]["backend"] = data["rollout"].pop("sampler")
+    data["distributed"] = {"backend": data["rollout"].pop("workers"), **data.pop("ray")}
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def logits_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -107,9 +121,10 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
 
     if torch.cuda.is_available():
         return
-    # a run saved on a CUDA machine exports and evaluates on this CPU-only one
+    # a run saved on a CUDA machine, by an earlier version (its keys for where work runs),
+    # exports and evaluates on this CPU-only one
     config = run_dir / "config.yaml"
-    config.write_text(config.read_text().replace("device: auto", "device: cuda"))
+    config.write_text(earlier_keys(config.read_text().replace("device: auto", "device: cuda")))
     r = CliRunner().invoke(app, ["export", str(run_dir), str(tmp_path / "o3")])
     assert r.exit_code == 0, r.output
     assert "model.device cuda (saved by the run) is not on this machine; using auto" in r.output

@@ -34,6 +34,7 @@ runner = CliRunner()
 # start is cached (one per session, as a user's cache would be).
 FAST = [
     "name=fast",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=8",
@@ -308,13 +309,13 @@ def _resume_keeps_policy_version(tmp_path: Path, extra: list[str]) -> None:
 @pytest.mark.slow
 def test_resume_of_a_ray_run(tmp_path, cluster):
     _resume_keeps_policy_version(
-        tmp_path, ["distributed.backend=ray", "distributed.num_workers=1", "max_staleness=0"]
+        tmp_path, ["rollout.workers=ray", "ray.num_workers=1", "max_staleness=0"]
     )
 
 
 @pytest.mark.slow
 def test_resume_of_an_async_run(tmp_path):
-    _resume_keeps_policy_version(tmp_path, ["mode=async", "max_staleness=1"])
+    _resume_keeps_policy_version(tmp_path, ["max_staleness=1"])
 
 
 # -- append-only files and resumes ---------------------------------------------------------

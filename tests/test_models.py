@@ -86,6 +86,7 @@ def test_bf16_on_cpu_trains_and_saves_bf16(tmp_path, monkeypatch):
         [
             f"runs_dir={tmp_path}",
             "model.dtype=bfloat16",
+            "model.name=tiny",
             "env.name=guess",
             "env.options={low: 1, high: 8, secret: 5}",
             "env.eval_tasks=2",

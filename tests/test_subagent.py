@@ -360,7 +360,10 @@ def test_snapshot_refreshes_every_n_steps(snapshots, tmp_path):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["env.name=guess"], "subagent.enabled: env guess gives a subagent nowhere to work"),
+        (
+            ["model.name=tiny", "env.name=guess"],
+            "subagent.enabled: env guess gives a subagent nowhere to work",
+        ),
         (
             ["recipe=locker-tiny", "subagent.model={base_url: ftp://x, model: m}"],
             "subagent.model.base_url: must start with http",

@@ -9,7 +9,13 @@ from turnrl.envs.guess import GuessFamily
 from turnrl.run.config import load_config
 from turnrl.tiny.warm_start import build_tiny
 
-SMALL = ["env.name=guess", "tiny.vocab_size=300", "tiny.hidden_size=32", "tiny.layers=1"]
+SMALL = [
+    "model.name=tiny",
+    "env.name=guess",
+    "tiny.vocab_size=300",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
+]
 
 
 class NoExpert:

@@ -68,7 +68,13 @@ def _metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_example_env_trains_evals_and_resumes_by_import_path(tmp_path, monkeypatch):
     runs, cache = tmp_path / "runs", tmp_path / "cache"
-    train = ["train", "--quiet", f"env.name={EXAMPLE}", "env.tasks=examples/calculator_tasks.jsonl"]
+    train = [
+        "train",
+        "--quiet",
+        "model.name=tiny",
+        f"env.name={EXAMPLE}",
+        "env.tasks=examples/calculator_tasks.jsonl",
+    ]
     done = _cli([*train, *SMALL, "name=calc", "steps=3", f"runs_dir={runs}"], ROOT, cache)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no scripted expert" in done.stdout  # the tiny tokenizer came from the env's own text
@@ -168,9 +174,16 @@ def test_config_errors_for_user_envs(tmp_path):
     with pytest.raises(
         ConfigError, match="sft.enabled: env examples.calculator:CalculatorEnv has no expert"
     ):
-        checked_config(None, [f"env.name={EXAMPLE}", "sft.enabled=true"])
+        checked_config(None, ["model.name=tiny", f"env.name={EXAMPLE}", "sft.enabled=true"])
     out = runner.invoke(
-        app, ["train", f"env.name={EXAMPLE}", "sft.enabled=true", f"runs_dir={tmp_path}"]
+        app,
+        [
+            "train",
+            "model.name=tiny",
+            f"env.name={EXAMPLE}",
+            "sft.enabled=true",
+            f"runs_dir={tmp_path}",
+        ],
     )
     assert out.exit_code == 2 and "sft.enabled" in out.output
     assert not any(tmp_path.iterdir())
@@ -186,7 +199,7 @@ def test_entry_point_envs_are_listed_and_recorded_as_import_paths(tmp_path, monk
     assert out.exit_code == 0
     assert "calc" in out.output and EXAMPLE in out.output and "code-tiny" in out.output
     assert resolve_env_name("calc") == EXAMPLE
-    cfg = checked_config(None, ["env.name=calc", "sft.enabled=false"])
+    cfg = checked_config(None, ["model.name=tiny", "env.name=calc", "sft.enabled=false"])
     assert cfg.env.name == EXAMPLE  # what the run records: the target, not the alias
 
 
@@ -199,7 +212,7 @@ def test_shipped_env_with_a_tasks_file(tmp_path):
             for i, r in enumerate(rows)
         )
     )
-    cfg = load_config(None, ["env.name=guess", f"env.tasks={f}"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess", f"env.tasks={f}"])
     family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
     assert [t.payload["secret"] for t in family.tasks("test")] == [1, 2]
     assert len(family.tasks("train", 3)) == 3 and family.tasks("train")[0].env == "guess"
@@ -266,6 +279,7 @@ def test_bad_rows_are_all_reported_by_line_and_nothing_starts(tmp_path):
         app,
         [
             "train",
+            "model.name=tiny",
             f"env.name={EXAMPLE}",
             f"env.tasks={f}",
             "sft.enabled=false",
@@ -279,16 +293,27 @@ def test_bad_rows_are_all_reported_by_line_and_nothing_starts(tmp_path):
 
 def test_tasks_source_errors(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="env.tasks: .*missing.jsonl: no such file"):
-        checked_config(None, [f"env.name={EXAMPLE}", f"env.tasks={tmp_path / 'missing.jsonl'}"])
+        checked_config(
+            None,
+            ["model.name=tiny", f"env.name={EXAMPLE}", f"env.tasks={tmp_path / 'missing.jsonl'}"],
+        )
     only_train = tmp_path / "train_only.jsonl"
     only_train.write_text('{"split": "train", "payload": {"question": "q", "answer": 1}}\n')
     with pytest.raises(ConfigError, match="no 'test' rows"):
         checked_config(
-            None, [f"env.name={EXAMPLE}", f"env.tasks={only_train}", "sft.enabled=false"]
+            None,
+            [
+                "model.name=tiny",
+                f"env.name={EXAMPLE}",
+                f"env.tasks={only_train}",
+                "sft.enabled=false",
+            ],
         )
     monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
     with pytest.raises(ConfigError, match="needs the 'datasets' package"):
-        checked_config(None, [f"env.name={EXAMPLE}", "env.tasks=someone/calc-dataset"])
+        checked_config(
+            None, ["model.name=tiny", f"env.name={EXAMPLE}", "env.tasks=someone/calc-dataset"]
+        )
 
 
 def test_datasets_rows_and_splits(monkeypatch):

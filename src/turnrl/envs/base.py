@@ -14,7 +14,15 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
     adds its own truncations (turns, tokens, wall clock) on top.
 
 ``await env.grade() -> RewardResult``
-    Score the finished episode (called once, after the last step, for every ending).
+    Score the finished episode (called once, after the last step, for every ending): what the
+    env measured (``components``, ``flags``, ``success``) and its own verdict (``reward``). The
+    run's rubric (:mod:`turnrl.rewards.rubric`) decides the reward training sees from it.
+
+``env.measure() -> dict[str, float]``
+    Optional: numbers the env measures of its current state (the tools and user envs:
+    ``progress``, the share of the way from the initial state to the goal). Read after reset
+    and after every turn; a rubric may turn their changes into per-turn rewards
+    (``reward.shaping``, :mod:`turnrl.rewards.sources`). Default: nothing measured.
 
 ``await env.close()``
     Release resources. Always called, also after errors.
@@ -45,7 +53,8 @@ and docstring become the JSON schema shown to the model; arguments are validated
 before the method runs, so a wrong type becomes an observation the model can read.
 
 A tool method returns ``str`` (the observation) or a :class:`ToolOutput` to also emit a
-per-turn reward, end the episode, or attach a screenshot.
+per-turn reward (the rubric weighs it with the env's grade), end the episode, or attach a
+screenshot.
 
 A tool may be ``async def`` or a plain ``def``. Every call an episode makes into an env runs on
 the env's own event loop in a thread of its own (:mod:`turnrl.envs.guard`), so a blocking call
@@ -161,6 +170,11 @@ class ToolEnv:
         """The env state after a step, hashable; GiGPO groups steps by it. Default: the
         observation text (two steps that saw the same thing are in the same state)."""
         return observation
+
+    def measure(self) -> dict[str, float]:
+        """Numbers measured of the current state, read after reset and after every turn (a
+        rubric may shape per-turn rewards from their changes). Default: none."""
+        return {}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [tool_schema(getattr(self, name)) for name in self.tools]

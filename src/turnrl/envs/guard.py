@@ -214,6 +214,7 @@ class GuardedEnv(ToolEnv):
         self._loop, self._owns_loop = loop, loop is None
         self._instructions: str | None = None
         self._schemas: list[dict[str, Any]] | None = None
+        self._measures: dict[str, float] | None = None  # read on the env's loop after each call
 
     @property
     def instructions(self) -> str:  # type: ignore[override]
@@ -224,6 +225,15 @@ class GuardedEnv(ToolEnv):
 
     def anchor(self, observation: str) -> Any:
         return self.env.anchor(observation)
+
+    def measure(self) -> dict[str, float]:
+        """What the env measured of its state after its last call (read on its own loop, so a
+        slow measure cannot stop the caller's either)."""
+        return self.env.measure() if self._measures is None else self._measures
+
+    async def _measured(self, out: Any) -> Any:
+        self._measures = self.env.measure()
+        return out
 
     @property
     def unwrapped(self) -> ToolEnv:
@@ -252,21 +262,28 @@ class GuardedEnv(ToolEnv):
             first = await self.env.reset(task)
             self._instructions = self.env.instructions
             self._schemas = self.env.tool_schemas()
-            return first
+            return await self._measured(first)
 
         return await self._env_loop().call("reset", on_env_loop)
 
     async def step(self, call: ToolCall) -> StepResult:
         what = f"tool '{call.name}'"
+
+        async def on_env_loop() -> StepResult:
+            return await self._measured(await self.env.step(call))
+
         try:  # the env's own cap, kept here too: a blocked env loop cannot enforce it
             return await asyncio.wait_for(
-                self._env_loop().call(what, self.env.step, call), self.tool_timeout_s
+                self._env_loop().call(what, on_env_loop), self.tool_timeout_s
             )
         except TimeoutError:
             raise TimeoutError(f"{what} ran past tool_timeout_s={self.tool_timeout_s}") from None
 
     async def answer(self, text: str) -> StepResult:  # type: ignore[override]
-        return await self._env_loop().call("answer", self.env.answer, text)
+        async def on_env_loop() -> StepResult:
+            return await self._measured(await self.env.answer(text))
+
+        return await self._env_loop().call("answer", on_env_loop)
 
     async def grade(self) -> RewardResult:
         return await self._env_loop().call("grade", self.env.grade)

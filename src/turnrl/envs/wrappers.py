@@ -85,6 +85,9 @@ class EnvWrapper(ToolEnv):
     def anchor(self, observation: str) -> Any:
         return self.env.anchor(observation)
 
+    def measure(self) -> dict[str, float]:
+        return self.env.measure()
+
     def subagent_env(self) -> ToolEnv | None:
         return self.env.subagent_env()
 

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
-from turnrl.envs.guard import close_limit_s, guard, origin
+from turnrl.envs.guard import guard
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
-from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits, grade_metrics
-from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
+from turnrl.rollout.agent_loop import EpisodeLog, EpisodeRequest, RolloutLimits, in_order
+from turnrl.types import TerminationReason, ToolCall, Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # observations are clipped by characters: there is no tokenizer of ours
 
@@ -69,44 +68,22 @@ async def run_endpoint_episode(
     Trajectory; always closes the env."""
     parser = parser or HermesToolCallParser()
     env = guard(env)  # its calls on its own event loop: a blocking one cannot stop the clock
-    start = time.monotonic()
-    deadline = start + limits.episode_timeout_s
+    log = EpisodeLog(limits.episode_timeout_s, env.name)
+    remaining = log.remaining
     turns: list[Turn] = []
     messages: list[dict[str, Any]] = []
-    termination = TerminationReason.MAX_TURNS
-    error: str | None = None
-    result: RewardResult | None = None
-    parse_errors = 0
-    env_time = 0.0
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise asyncio.TimeoutError
-        return left
 
     async def run_call(call: ToolCall, turn: Turn) -> tuple[str, bool, bool]:
         """(observation, terminated, truncated) of one call."""
-        nonlocal parse_errors, env_time
-        t0 = time.monotonic()
-        step = await asyncio.wait_for(env.step(call), remaining())
-        env_time += time.monotonic() - t0
-        turn.reward += step.reward
-        turn.anchor = step.info.get("anchor", step.observation)
-        if step.info.get("error") in MALFORMED:
-            parse_errors += 1
-            turn.malformed = True
+        step = await log.step(env, call, turn)
         return step.observation, step.terminated, step.truncated
 
     try:
         try:
-            first = await asyncio.wait_for(env.reset(request.task), remaining())
-            messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": first},
-            ]
+            messages = await log.reset(env, request.task)
             tools = env.tool_schemas()
             for _ in range(limits.max_turns):
+                log.phase = "the endpoint's reply"
                 (reply,) = await asyncio.wait_for(chat.reply(messages, tools=tools), remaining())
                 turn = Turn(0, 0, 0, 0, [], -1)
                 turns.append(turn)
@@ -126,7 +103,7 @@ async def run_endpoint_episode(
                             try:
                                 call = native_call(raw)
                             except ParseError as e:
-                                parse_errors += 1
+                                log.parse_errors += 1
                                 turn.malformed, turn.parse_error = True, str(e)
                                 text = f"Error: {e}"
                             else:
@@ -145,7 +122,7 @@ async def run_endpoint_episode(
                     try:
                         calls = parser.parse(reply.text)
                     except ParseError as e:
-                        parse_errors += 1
+                        log.parse_errors += 1
                         turn.malformed, turn.parse_error = True, str(e)
                         turn.anchor = ("parse_error",)
                         observations.append(f"Error: {e}")
@@ -167,53 +144,22 @@ async def run_endpoint_episode(
                                 ),
                             }
                         )
-                if terminated:
-                    termination = TerminationReason.DONE
+                if log.turn_ends_episode(env, turn, terminated, limits.max_parse_errors):
                     break
-                if parse_errors >= limits.max_parse_errors:
-                    termination = TerminationReason.PARSE_ERRORS
-                    break
-            result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
+            await log.grade(env)
         except asyncio.TimeoutError:
-            termination, error = TerminationReason.TIMEOUT, "episode wall-clock limit reached"
+            log.timed_out()
         except OpenAITimeout as e:
-            termination, error = TerminationReason.TIMEOUT, f"endpoint: {e}"
+            log.ended(TerminationReason.TIMEOUT, f"endpoint: {e}")
         except OpenAIError as e:
-            termination, error = TerminationReason.ENV_ERROR, f"endpoint: {e}"
+            log.ended(TerminationReason.ENV_ERROR, f"endpoint: {e}")
         except Exception as e:  # a crashing env ends its episode, never the evaluation
-            termination = TerminationReason.ENV_ERROR
-            error = f"{type(e).__name__}: {e} (env {env.name}, {origin(e)})"
+            log.crashed(e)
     finally:
-        try:
-            await asyncio.wait_for(env.close(), close_limit_s())
-        except Exception as e:
-            error = error or f"close failed: {type(e).__name__}: {e}"
+        await log.close(env)
 
-    metrics: dict[str, float] = {
-        "turns": float(len(turns)),
-        "parse_errors": float(parse_errors),
-        "time/episode_s": time.monotonic() - start,
-        "time/env_s": env_time,
-    }
-    if result is not None:
-        metrics.update(grade_metrics(result))
-    return Trajectory(
-        task_id=request.task.id,
-        group_id=request.group_id,
-        prompt_len=0,
-        token_ids=[],
-        loss_mask=[],
-        behavior_logprobs=[],
-        policy_versions=[],
-        turns=turns,
-        reward=result.reward if result is not None else 0.0,
-        termination=termination,
-        error=error,
-        metrics=metrics,
-        flags=list(result.flags) if result is not None else [],
-        messages=messages,
-        graded=result,
-    )
+    metrics = {"turns": float(len(turns)), "parse_errors": float(log.parse_errors), **log.times()}
+    return log.trajectory(request, turns, messages, metrics)
 
 
 async def collect_endpoint(
@@ -224,10 +170,8 @@ async def collect_endpoint(
     max_concurrency: int = 8,
 ) -> list[Trajectory]:
     """All episodes, at most ``max_concurrency`` requests in flight, in request order."""
-    gate = asyncio.Semaphore(max_concurrency)
 
-    async def one(req: EpisodeRequest) -> Trajectory:
-        async with gate:
-            return await run_endpoint_episode(make_env(), req, chat, limits)
+    async def play(req: EpisodeRequest) -> Trajectory:
+        return await run_endpoint_episode(make_env(), req, chat, limits)
 
-    return list(await asyncio.gather(*(one(r) for r in requests)))
+    return await in_order(requests, play, max_concurrency)

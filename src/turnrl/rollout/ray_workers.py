@@ -60,7 +60,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("distributed.backend=ray needs Ray: pip install 'turnrl[ray]'") from e
+        raise ImportError("rollout.workers=ray needs Ray: pip install 'turnrl[ray]'") from e
     return ray
 
 
@@ -340,7 +340,7 @@ class RayRollouts:
             if self.counts["replaced"] >= self.max_replacements:
                 self.log(
                     f"ray: rollout worker {i} died ({type(error).__name__}); not replaced "
-                    f"(distributed.max_replacements={self.max_replacements} used), "
+                    f"(ray.max_replacements={self.max_replacements} used), "
                     f"{sum(self.alive)} left"
                 )
                 return

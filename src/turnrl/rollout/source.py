@@ -8,11 +8,11 @@ The recipe (:func:`turnrl.run.recipe.train`) only ever calls::
     source.close()
 
 - :class:`SyncRollouts`: each step's episodes are sampled now, with the current weights, in a
-  fresh event loop (the default, ``mode=sync``);
+  fresh event loop (the default: ``rollout.workers=local``, ``max_staleness=0``);
 - :class:`turnrl.rollout.async_rollout.AsyncRollouts`: episodes keep running on a background
-  thread while the trainer updates (``mode=async``, bounded staleness);
+  thread while the trainer updates (``max_staleness`` >= 1, the bound on their lag);
 - :class:`turnrl.rollout.ray_workers.RayRollouts`: episodes run in Ray actors
-  (``distributed.backend=ray``).
+  (``rollout.workers=ray``).
 
 Which tasks a step samples is a pure function of (seed, step) (:func:`sample_requests`), so a
 resumed run draws the same episodes.

@@ -65,12 +65,19 @@ def renderer_of(cfg: TrainConfig, tokenizer: Any) -> ChatRenderer:
     return check_template(tokenizer, cfg.model.tool_format, source=cfg.model.name)
 
 
-def rubric_of(cfg: TrainConfig) -> Rubric:
+def rubric_of(cfg: TrainConfig, family: Family | None = None) -> Rubric:
     """The run's reward pipeline (``reward.*``): the one place training and eval rewards are
-    decided."""
+    decided. A family with ``rubric_members()`` (a verifiers env's rubric) gives its own
+    weighted functions in place of its grade."""
     r = cfg.reward
+    members = family.rubric_members() if hasattr(family, "rubric_members") else None
     return build_rubric(
-        r.functions, grade_weight=r.grade_weight, screeners=r.screeners, zero_flagged=r.zero_flagged
+        r.functions,
+        grade_weight=r.grade_weight,
+        shaping=r.shaping,
+        screeners=r.screeners,
+        zero_flagged=r.zero_flagged,
+        env_members=members,
     )
 
 
@@ -201,11 +208,11 @@ def rollout_source(
     log: Log = print,
 ) -> RolloutSource:
     """The batches the recipe trains on: synchronous (each step's episodes sampled with the
-    current weights, ``share`` of them on this rank), asynchronous in-process (``mode=async``),
-    or Ray actors (``distributed.backend=ray``)."""
+    current weights, ``share`` of them on this rank), asynchronous in-process
+    (``max_staleness`` >= 1), or Ray actors (``rollout.workers=ray``)."""
     params = sampling_of(cfg, renderer)
     r = cfg.rollout
-    if cfg.mode == "sync" and cfg.distributed.backend == "local":
+    if r.workers == "local" and cfg.max_staleness == 0:
         return SyncRollouts(
             lambda step: sample_requests(
                 train_tasks, step, cfg.seed, r.tasks_per_step, r.group_size
@@ -224,12 +231,10 @@ def rollout_source(
         for k in itertools.count(start_step)
     )
     batch_size = r.tasks_per_step * r.group_size
-    # Sync over Ray is async with no staleness allowed: every batch comes from current weights.
-    staleness = cfg.max_staleness if cfg.mode == "async" else 0
-    if cfg.distributed.backend == "ray":
+    if r.workers == "ray":  # at max_staleness 0 every batch comes from the current weights
         from turnrl.rollout.ray_workers import RayRollouts, WorkerSpec
 
-        d = cfg.distributed
+        d = cfg.ray
         spec = WorkerSpec.for_env(
             cfg.env.name,
             cfg.env.options,
@@ -247,7 +252,7 @@ def rollout_source(
             spec,
             policy,
             batch_size=batch_size,
-            max_staleness=staleness,
+            max_staleness=cfg.max_staleness,
             num_workers=d.num_workers,
             sync_every=cfg.sync_every,
             max_retries=d.max_retries,
@@ -266,7 +271,7 @@ def rollout_source(
         params,
         limits_of(cfg),
         batch_size=batch_size,
-        max_staleness=staleness,
+        max_staleness=cfg.max_staleness,
         inflight=cfg.inflight,
         sync_every=cfg.sync_every,
         max_concurrency=r.max_concurrency,

@@ -10,12 +10,19 @@ file, so a saved ``config.yaml`` loads on any machine. What touches the machine 
 import path, ``env.tasks``, model directories, CUDA, reward functions) is checked by
 :func:`turnrl.run.preflight.preflight` when a command starts, with the same one-line errors.
 
-The schema's defaults serve a pretrained model: no SFT, a fine-tuning learning rate, the env's
-own default tasks. The default run is the one exception: with no recipe, no config file and no
-override that picks the model or the env (``model.name=...``, ``env.name=...``), the recipe
-``code-tiny`` applies (the tiny model on the code env). So ``turnrl train`` and
-``turnrl train steps=3`` run code-tiny, while ``turnrl train model.name=smollm2`` and
-``turnrl train env.name=tools`` start from the schema's defaults.
+The schema's defaults serve a pretrained model: ``model.name=smollm2``, no SFT, a fine-tuning
+learning rate, the env's own default tasks. The default run is the one exception: with no
+recipe, no config file and no override that picks the model or the env (``model.name=...``,
+``env.name=...``), the recipe ``code-tiny`` applies (the tiny model on the code env). So
+``turnrl train`` and ``turnrl train steps=3`` run code-tiny, while
+``turnrl train env.name=tools`` starts from the schema's defaults (smollm2 on the tools env).
+
+Where work runs is one key per part: ``rollout.workers`` (the episodes: this process or Ray
+actors), ``max_staleness`` (0: synchronous; N: sampling may run N versions ahead),
+``rollout.sampler`` (hf or vllm) and ``trainer.strategy`` (the training processes). The keys
+they replaced (``mode``, ``rollout.backend``, ``distributed.*``) are refused, each in one line
+naming its successor; in a run's own saved ``config.yaml`` they are translated
+(:func:`upgrade_saved`), so older runs still resume, evaluate and export.
 """
 
 from __future__ import annotations
@@ -46,9 +53,9 @@ class Strict(BaseModel):
 
 
 class ModelConfig(Strict):
-    # a named model (turnrl.run.models: tiny, smollm2) or a transformers path (a local
+    # a named model (turnrl.run.models: smollm2, tiny) or a transformers path (a local
     # directory or a hub id)
-    name: str = "tiny"
+    name: str = "smollm2"
     # where and in what precision the sampler and trainer hold the model: auto = cuda with
     # bfloat16 where a GPU is visible, else cpu with float32
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
@@ -88,9 +95,13 @@ class EnvConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    # the sampler: hf (transformers, the trainer's own weights) or vllm (a GPU engine that
-    # receives the trainer's weights every sync_every updates; synchronous, local runs only)
-    backend: Literal["hf", "vllm"] = "hf"
+    # where episodes run: local (in this process) or ray (Ray actors, each with its own envs
+    # and a copy of the weights; settings in the ray section)
+    workers: Literal["local", "ray"] = "local"
+    # what samples the actions: hf (transformers, the trainer's own weights) or vllm (a GPU
+    # engine that receives the trainer's weights every sync_every updates; synchronous, local
+    # workers only)
+    sampler: Literal["hf", "vllm"] = "hf"
     # vllm: the share of its GPU's memory the engine takes (weights + KV cache). It runs on the
     # first visible GPU; the trainer shares it (model.device=cuda) or has another (cuda:1)
     vllm_gpu_memory: float = Field(0.4, gt=0, lt=1)
@@ -208,7 +219,13 @@ class RewardConfig(Strict):
     """How a reward is decided: ``env.grade()`` -> a rubric -> ``trajectory.reward``
     (:func:`turnrl.rewards.pipeline.build_rubric`)."""
 
-    grade_weight: float = 1.0  # the env's own grade in the rubric (0: logged, not rewarded)
+    # the env's own grade, and the rewards its steps returned, in the rubric (0: logged only)
+    grade_weight: float = 1.0
+    # per-turn rewards from what the env measures of its state (env.measure()): measure name ->
+    # weight; a turn gets weight x the measure's change over it (potential-based shaping).
+    # The tools and user envs measure progress: {progress: 1.0} rewards each step towards the
+    # goal, and an episode's shaped rewards sum to its final progress
+    shaping: dict[str, float] = {}
     screeners: bool = True  # rule-based episode screeners (test edits, exit calls, grader access)
     zero_flagged: bool = True  # a screened-out episode gets reward 0
     # more rubric members: "package.module:function" -> weight (0 = logged, not rewarded)
@@ -283,10 +300,11 @@ class SubagentConfig(Strict):
         return self
 
 
-class DistributedConfig(Strict):
-    backend: Literal["local", "ray"] = "local"  # ray: envs + rollouts in Ray actors
+class RayConfig(Strict):
+    """The Ray actors episodes run in with ``rollout.workers=ray`` (docs/scale-out.md)."""
+
     address: str | None = None  # an existing Ray cluster; None starts a local one
-    num_workers: int = Field(2, ge=1)
+    num_workers: int = Field(2, ge=1)  # Ray actors running episodes
     num_cpus: int = Field(2, ge=1)  # for the local cluster
     max_retries: int = Field(1, ge=0)  # re-runs of a dead worker's episodes
     max_replacements: int = Field(4, ge=0)  # dead workers replaced by new ones, per run
@@ -313,12 +331,14 @@ class TrainConfig(Strict):
     name: str = "run"  # the run directory's name under runs_dir (a suffix is added if taken)
     seed: int = 0  # tasks, episodes, model init and warm start all follow it
     steps: int = Field(8, ge=0)  # RL steps (optimizer passes over one rollout batch each)
-    mode: Literal["sync", "async"] = "sync"  # async: rollouts go on while the trainer updates
-    max_staleness: int = Field(1, ge=0)  # async: versions a trajectory may lag when trained on
-    inflight: Literal["continue_new", "finish_old"] = (
-        "continue_new"  # async episodes at a weight change
-    )
-    # async/ray/vllm: push weights to the samplers every k updates (sampling lags <= k-1)
+    # versions a trajectory may lag behind the weights it is trained on. 0: synchronous, each
+    # step's episodes sampled with the current weights; N >= 1: asynchronous, rollouts go on
+    # while the trainer updates (a background thread, or the Ray workers)
+    max_staleness: int = Field(0, ge=0)
+    # asynchronous local rollouts: what an episode in flight does at a weight change
+    inflight: Literal["continue_new", "finish_old"] = "continue_new"
+    # push weights to the samplers every k updates (sampling lags <= k-1): asynchronous or Ray
+    # workers (at most max_staleness + 1), or rollout.sampler=vllm
     sync_every: int = Field(1, ge=1)
     eval_every: int = Field(0, ge=0)  # 0 = only at start and end
     checkpoint_every: int = Field(1, ge=1)  # rewrite checkpoints/last.pt every N steps
@@ -334,7 +354,7 @@ class TrainConfig(Strict):
     optim: OptimConfig = OptimConfig()
     sft: SFTConfig = SFTConfig()
     tiny: TinyConfig | None = None  # filled in for model.name=tiny; an error for other models
-    distributed: DistributedConfig = DistributedConfig()
+    ray: RayConfig = RayConfig()
     subagent: SubagentConfig = SubagentConfig()
     trainer: TrainerConfig = TrainerConfig()
     logging: LoggingConfig = LoggingConfig()
@@ -361,70 +381,152 @@ class TrainConfig(Strict):
                 raise ValueError(f"{key}: settings of the {key} model, but model.name is {name!r}")
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """Keys of earlier versions, refused with the one that replaces each (a run's saved
+        config.yaml is translated instead: :func:`upgrade_saved`)."""
+        if not isinstance(data, dict):
+            return data
+        lines = [
+            f"{key}: {hint}" for key, hint in MOVED.items() if _lookup(data, key) is not _MISSING
+        ]
+        old = data.get("distributed")
+        if isinstance(old, dict):
+            lines += [f"distributed.{k}: renamed ray.{k}" for k in old if k != "backend"]
+        if lines:
+            raise ValueError("\n".join(lines))
+        return data
+
     @model_validator(mode="after")
-    def _batch_shapes(self) -> TrainConfig:
-        # (vllm is synchronous: its lag is at most sync_every - 1 by construction)
-        if self.sync_every > self.max_staleness + 1 and self.rollout.backend != "vllm":
-            raise ValueError(
-                "sync_every must be <= max_staleness + 1 (older weights would exceed the bound)"
-            )
-        if self.model.lora and named_model(self.model.name).from_scratch:
-            raise ValueError(
-                f"model.lora: the {self.model.name} model trains all its weights (LoRA is for a "
-                "pretrained model)"
-            )
-        if self.optim.micro_batch_size > self.optim.minibatch_size:
-            raise ValueError("optim.micro_batch_size must not exceed optim.minibatch_size")
-        if self.rollout.backend == "vllm":
-            if self.mode != "sync" or self.distributed.backend != "local":
-                raise ValueError(
-                    "rollout.backend=vllm: only with mode=sync and distributed.backend=local"
+    def _fits_together(self) -> TrainConfig:
+        """Options that act only together with others, all reported at once."""
+        r, problems = self.rollout, []
+        local_async = r.workers == "local" and self.max_staleness > 0
+        if r.sampler == "vllm":
+            if r.workers != "local" or self.max_staleness:
+                problems.append(
+                    "rollout.sampler=vllm: only with rollout.workers=local and max_staleness=0"
                 )
             if "is_correction" not in self.algo.model_fields_set:
                 # vLLM's kernels differ from the trainer's: correct for the mismatch by default
                 self.algo.is_correction = "tis"
-            self._check_vllm_placement()
-        else:
-            for key in ("vllm_gpu_memory", "vllm_lora"):  # (a saved config holds defaults)
-                if _changed(self.rollout, key):
-                    raise ValueError(f"rollout.{key}: only with rollout.backend=vllm")
-        if self.sync_every > 1 and self.mode == "sync" and self.distributed.backend == "local":
-            if self.rollout.backend == "hf":
-                raise ValueError(
-                    "sync_every: the hf sampler is the trainer's own model, always current; "
-                    "sync_every acts with mode=async, distributed.backend=ray or "
-                    "rollout.backend=vllm"
-                )
-        if self.subagent.enabled and self.distributed.backend != "local":
-            raise ValueError("subagent.enabled: only with distributed.backend=local")
+            problems += self._vllm_placement()
+        elif self.sync_every > self.max_staleness + 1:
+            # (vllm is synchronous: its lag is at most sync_every - 1 by construction)
+            problems.append(
+                f"sync_every={self.sync_every} must be <= max_staleness + 1 = "
+                f"{self.max_staleness + 1} (older weights would exceed the bound)"
+            )
+        only = {  # key -> (where it acts, what it needs)
+            "inflight": (local_async, "asynchronous local rollouts (max_staleness >= 1)"),
+            "rollout.vllm_gpu_memory": (r.sampler == "vllm", "rollout.sampler=vllm"),
+            "rollout.vllm_lora": (
+                r.sampler == "vllm" and self.model.lora,
+                "model.lora=true and rollout.sampler=vllm",
+            ),
+            "subagent.enabled": (r.workers == "local", "rollout.workers=local"),
+            **{
+                f"ray.{k}": (r.workers == "ray", "rollout.workers=ray")
+                for k in RayConfig.model_fields
+            },
+        }
+        problems += [
+            f"{key}: only with {needs}"
+            for key, (acts, needs) in only.items()
+            if not acts and _changed(self, key)
+        ]
+        if self.model.lora and named_model(self.model.name).from_scratch:
+            problems.append(
+                f"model.lora: the {self.model.name} model trains all its weights (LoRA is for a "
+                "pretrained model)"
+            )
+        if self.optim.micro_batch_size > self.optim.minibatch_size:
+            problems.append("optim.micro_batch_size must not exceed optim.minibatch_size")
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
-    def _check_vllm_placement(self) -> None:
+    def _vllm_placement(self) -> list[str]:
         """What one process cannot place: vLLM runs on the first visible GPU (cuda:0)."""
-        device, r = self.model.device, self.rollout
-        if _changed(r, "vllm_lora") and not self.model.lora:
-            raise ValueError("rollout.vllm_lora: only with model.lora=true")
+        device, r, problems = self.model.device, self.rollout, []
         if self.model.lora and r.vllm_lora == "adapter":
             from turnrl.policy.vllm import vllm_lora_rank
 
-            vllm_lora_rank(self.model.lora_rank)  # raises past vLLM's largest rank
+            try:
+                vllm_lora_rank(self.model.lora_rank)  # raises past vLLM's largest rank
+            except ValueError as e:
+                problems.append(str(e))
         if device in ("auto", "cuda", "cuda:0") and r.vllm_gpu_memory > 0.9:
-            raise ValueError(
+            problems.append(
                 f"rollout.vllm_gpu_memory={r.vllm_gpu_memory}: the trainer shares cuda:0 with "
                 "vLLM and would keep under 10% of it; lower it, or train on another GPU "
                 "(model.device=cuda:1)"
             )
         if device not in ("auto", "cpu", "cuda", "cuda:0") and self.trainer.strategy == "fsdp2":
-            raise ValueError(
+            problems.append(
                 f"model.device={device} with trainer.strategy=fsdp2: FSDP2 shards onto GPU "
                 "LOCAL_RANK (cuda:0 here, vLLM's); use trainer.strategy=none on another GPU"
             )
+        return problems
+
+
+# Keys of earlier versions -> what replaces them (refused in user input, translated in a saved
+# run's config.yaml by upgrade_saved).
+MOVED = {
+    "mode": "removed; asynchronous rollouts are max_staleness=N (N >= 1; 0 is synchronous)",
+    "rollout.backend": "renamed rollout.sampler (hf or vllm)",
+    "distributed.backend": "renamed rollout.workers (local or ray)",
+    "env.options.progress_reward": "moved to the rubric: reward.shaping={progress: 1.0}",
+}
+_MISSING = object()
+
+
+def _lookup(data: dict[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def upgrade_saved(data: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved config.yaml written by an earlier version, in today's keys: ``mode`` ->
+    ``max_staleness`` (0 when it was sync), ``rollout.backend`` -> ``rollout.sampler``,
+    ``distributed.backend`` -> ``rollout.workers``, ``distributed.*`` -> ``ray.*``,
+    ``env.options.progress_reward`` -> ``reward.shaping``."""
+    data = dict(data)
+    env = dict(data.get("env") or {})
+    options = dict(env.get("options") or {})
+    if "progress_reward" in options:
+        if options.pop("progress_reward"):
+            data["reward"] = {**(data.get("reward") or {}), "shaping": {"progress": 1.0}}
+        data["env"] = {**env, "options": options}
+    rollout = dict(data.get("rollout") or {})
+    if "mode" in data:
+        if data.pop("mode") == "sync":
+            data["max_staleness"] = 0
+    if "backend" in rollout:
+        rollout["sampler"] = rollout.pop("backend")
+    old = data.pop("distributed", None)
+    if isinstance(old, dict):
+        old = dict(old)
+        if "backend" in old:
+            rollout["workers"] = old.pop("backend")
+        data["ray"] = {**old, **(data.get("ray") or {})}
+    if rollout:
+        data["rollout"] = rollout
+    return data
 
 
 def _changed(section: BaseModel, key: str) -> bool:
-    """The key differs from its default (set on purpose: a run's saved config.yaml lists every
-    key, so being present says nothing)."""
-    return getattr(section, key) != type(section).model_fields[key].default
+    """The dotted key differs from its default (set on purpose: a run's saved config.yaml lists
+    every key, so being present says nothing)."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        section = getattr(section, part)
+    return getattr(section, leaf) != type(section).model_fields[leaf].default
 
 
 class ConfigError(ValueError):
@@ -494,8 +596,12 @@ def _picks_model_or_env(overrides: dict[str, Any]) -> bool:
     )
 
 
-def load_config(config_file: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
-    """Resolve recipe + file + overrides into a validated TrainConfig (or raise ConfigError)."""
+def load_config(
+    config_file: str | Path | None = None, overrides: list[str] = (), *, saved: bool = False
+) -> TrainConfig:
+    """Resolve recipe + file + overrides into a validated TrainConfig (or raise ConfigError).
+    ``saved``: the file is a run's own config.yaml, written by any version (its keys of earlier
+    versions are translated: :func:`upgrade_saved`)."""
     data: dict[str, Any] = {}
     cli = parse_overrides(list(overrides))
     recipe = cli.pop("recipe", None)
@@ -509,7 +615,7 @@ def load_config(config_file: str | Path | None = None, overrides: list[str] = ()
         if not isinstance(loaded, dict):
             raise ConfigError(f"{config_file}: top level must be a mapping")
         recipe = loaded.pop("recipe", None) if recipe is None else recipe
-        data = loaded
+        data = upgrade_saved(loaded) if saved else loaded
     if recipe is None and config_file is None and not _picks_model_or_env(cli):
         recipe = DEFAULT_RECIPE  # the default run (see the module docstring)
     if recipe is not None:

@@ -40,11 +40,12 @@ from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.endpoint_agent import collect_endpoint
 from turnrl.run.build import eval_subagent, limits_of, renderer_of, rubric_of, sampling_of
 from turnrl.run.config import ConfigError, TrainConfig
-from turnrl.run.models import named_model, resolve_precision
+from turnrl.run.device import resolve_precision
+from turnrl.run.models import named_model
 from turnrl.run.preflight import check_machine, env_tasks
 from turnrl.train.export import saved_policy
 from turnrl.train.metrics import MetricsWriter, silence_library_progress
-from turnrl.types import Task, TerminationReason, Trajectory
+from turnrl.types import Task, TerminationReason, Trajectory, is_hack
 from turnrl.view.records import RecordWriter
 
 
@@ -112,7 +113,7 @@ def summarize(trajs: list[Trajectory], k: int) -> EvalResult:
         pass_hat_k=sum(all(v) for v in by_task.values()) / max(len(by_task), 1),
         reward=sum(t.reward for t in trajs) / n,
         turns=sum(len(t.turns) for t in trajs) / n,
-        hack_rate=sum(bool(t.flags) for t in trajs) / n,
+        hack_rate=sum(is_hack(t.flags) for t in trajs) / n,  # tampering, not findings
         truncation_rate=sum(t.truncated for t in trajs) / n,
         k=k,
         episodes=len(trajs),
@@ -294,7 +295,9 @@ def run_eval(
             )
         else:
             play = endpoint_player(family, chat, limits_of(cfg), cfg.rollout.max_concurrency)
-        result, trajs = asyncio.run(evaluate(play, tasks, k, eval_seed(cfg), rubric_of(cfg)))
+        result, trajs = asyncio.run(
+            evaluate(play, tasks, k, eval_seed(cfg), rubric_of(cfg, family))
+        )
         failed = [t.error for t in trajs if t.error and t.error.startswith("endpoint:")]
         if chat is not None and trajs and len(failed) == len(trajs):
             raise (OpenAITimeout if "timed out" in failed[0] else OpenAIError)(

@@ -43,6 +43,7 @@ def load_pretrained(
     """A pretrained model and its tokenizer (+ LoRA adapters, + the SFT warm start when
     ``sft.enabled``)."""
     from turnrl.policy.models import load_model, load_tokenizer, with_lora
+    from turnrl.run.device import resolve_precision
     from turnrl.train.export import tokenizer_source
     from turnrl.train.sft import demonstrations, train_demos
 
@@ -82,20 +83,3 @@ MODELS: dict[str, NamedModel] = {
 def named_model(name: str) -> NamedModel:
     """The entry of ``name``; a transformers path is a pretrained model."""
     return MODELS.get(name, PRETRAINED)
-
-
-def resolve_precision(cfg: TrainConfig) -> torch.dtype | None:
-    """bf16 compute (``trainer.mixed_precision``; ``auto``: on CUDA only), or None for none."""
-    import torch
-
-    mp = cfg.trainer.mixed_precision
-    if mp == "auto":
-        return torch.bfloat16 if on_cuda(cfg) else None
-    return torch.bfloat16 if mp == "bf16" else None
-
-
-def on_cuda(cfg: TrainConfig) -> bool:
-    import torch
-
-    device = cfg.model.device
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())

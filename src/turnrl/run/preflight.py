@@ -33,7 +33,7 @@ from turnrl.envs.registry import (
 from turnrl.envs.task_files import check_tasks_source
 from turnrl.rewards.pipeline import load_function
 from turnrl.run.config import ConfigError, TrainConfig, load_config
-from turnrl.run.models import MODELS, named_model, on_cuda
+from turnrl.run.models import MODELS, named_model
 from turnrl.types import Task
 
 if TYPE_CHECKING:
@@ -230,11 +230,11 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
             bad.append(str(e))
     if bad:
         problems.append("reward.functions: " + "; ".join(bad))
-    if cfg.rollout.backend == "vllm":
+    if cfg.rollout.sampler == "vllm":
         from turnrl.policy.vllm import NEEDS, vllm_available
 
         if not vllm_available():
-            problems.append(f"rollout.backend: {NEEDS}")
+            problems.append(f"rollout.sampler: {NEEDS}")
     if training:  # torchrun's world (turnrl.train.parallel.launched_world, without its torch)
         problems += check_trainer(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     if problems:
@@ -244,7 +244,7 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
 def run_config(run_dir: Path, overrides: list[str]) -> tuple[TrainConfig, str | None]:
     """``run_dir``'s saved config with ``overrides``, and a note when its ``model.device`` is
     not on this machine and was replaced by ``auto`` (no override named a device)."""
-    cfg = load_config(run_dir / "config.yaml", overrides)
+    cfg = load_config(run_dir / "config.yaml", overrides, saved=True)
     picked = any(o.partition("=")[0] == "model.device" for o in overrides)
     if picked or check_device(cfg.model.device) is None:
         return cfg, None
@@ -265,7 +265,16 @@ def checked_config(
 def preflight(cfg: TrainConfig) -> tuple[Family, list[Task], list[Task]]:
     """Before a run starts: :func:`check_machine`, then the env family and its tasks."""
     check_machine(cfg)
-    return env_tasks(cfg)
+    family, train, held_out = env_tasks(cfg)
+    if cfg.sft.enabled and cfg.sft.episodes > 0 and not callable(getattr(family, "expert", None)):
+        # a family built from options (a TextArena game without a scripted expert) says so
+        # only once built: still before anything is written
+        family.close()
+        raise ConfigError(
+            f"sft.enabled: env {cfg.env.name} has no scripted expert to imitate with these "
+            "env.options; set sft.enabled=false"
+        )
+    return family, train, held_out
 
 
 # -- the trainer's processes (torchrun) ------------------------------------------------------
@@ -280,6 +289,8 @@ def resolve_strategy(cfg: TrainConfig, world: int) -> str:
         return "none"
     if s != "auto":
         return s
+    from turnrl.run.device import on_cuda  # torch: only for the auto strategy of a torchrun
+
     return "fsdp2" if on_cuda(cfg) else "ddp"
 
 
@@ -290,8 +301,8 @@ def check_trainer(cfg: TrainConfig, world: int) -> list[str]:
     where = f"with {world} processes (WORLD_SIZE={world})"
     if world > 1 and strategy == "none":
         problems.append(f"trainer.strategy=none {where}: choose ddp or fsdp2 (or auto)")
-    if world > 1 and cfg.rollout.backend == "vllm":
-        problems.append(f"rollout.backend=vllm {where}: one trainer process only (use hf)")
+    if world > 1 and cfg.rollout.sampler == "vllm":
+        problems.append(f"rollout.sampler=vllm {where}: one trainer process only (use hf)")
     if strategy == "fsdp2" and cfg.algo.advantage == "gae_turn":
         problems.append(
             "trainer.strategy=fsdp2 with algo.advantage=gae_turn: the critic's value head is not "

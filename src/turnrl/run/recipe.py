@@ -41,8 +41,9 @@ from turnrl.run.build import (
     wrap_policy,
 )
 from turnrl.run.config import TrainConfig
+from turnrl.run.device import on_cuda, resolve_precision
 from turnrl.run.evaluate import eval_seed, evaluate_policy
-from turnrl.run.models import named_model, on_cuda, resolve_precision
+from turnrl.run.models import named_model
 from turnrl.run.preflight import preflight, resolve_strategy
 from turnrl.run.rundir import RunDir
 from turnrl.run.sampler import after_update, sampler_of
@@ -56,7 +57,7 @@ from turnrl.train.metrics import (
     trajectory_metrics,
 )
 from turnrl.train.parallel import Dist, init_dist, launched_world
-from turnrl.train.step import flag_non_finite, make_critic, train_on_batch, zero_reward_streak
+from turnrl.train.step import make_critic, train_on_batch, zero_reward_streak
 from turnrl.types import Task
 from turnrl.view.wandb_log import require_wandb
 
@@ -85,7 +86,7 @@ def train(
     run = RunDir(cfg, resume_dir, d, log)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    rubric = rubric_of(cfg)
+    rubric = rubric_of(cfg, family)
     model, tokenizer = d.main_first(lambda: build_model(cfg, family, train_tasks, run.path, log))
     model = place(model, cfg.model.device, cfg.model.dtype)
     renderer = renderer_of(cfg, tokenizer)
@@ -110,7 +111,7 @@ def train(
     run.start(full, tokenizer, start_step, train_tasks)
     sampler = sampler_of(cfg, run.path, full, policy)
     # asynchronous or Ray rollouts: one producer, on rank 0; the other ranks get its batches
-    producer = cfg.mode != "sync" or cfg.distributed.backend != "local"
+    producer = cfg.max_staleness > 0 or cfg.rollout.workers != "local"
     source = NoRollouts()
     if d.main or not producer:
         source = rollout_source(
@@ -134,11 +135,10 @@ def train(
                 step, timeout_s=4 * cfg.rollout.episode_timeout_s + 120
             )
             t1 = time.monotonic()
-            reward_metrics = score_trajectories(trajs, rubric)
+            reward_metrics = score_trajectories(trajs, rubric, warn=log)
             trajs, reward_metrics, rollout_metrics = d.gather(
                 trajs, reward_metrics, rollout_metrics
             )
-            flag_non_finite(trajs, cfg.env.name, log)
             zero_streak = zero_reward_streak(zero_streak, trajs, log)
             a = cfg.algo
             batch = collate(

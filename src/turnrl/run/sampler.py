@@ -1,4 +1,4 @@
-"""How the trainer's weights reach the vLLM sampler (``rollout.backend=vllm``).
+"""How the trainer's weights reach the vLLM sampler (``rollout.sampler=vllm``).
 
 The engine starts holding the trainer's current weights and gets a push every ``sync_every``
 optimizer steps (and before each held-out evaluation); between pushes it samples with the
@@ -26,7 +26,7 @@ def sampler_of(
     cfg: TrainConfig, run_dir: Path, model: torch.nn.Module, policy: HFPolicy
 ) -> PolicyBackend:
     """What samples the rollouts: the trainer's own model (``hf``) or a vLLM engine."""
-    return policy if cfg.rollout.backend == "hf" else vllm_sampler(cfg, run_dir, model, policy)
+    return policy if cfg.rollout.sampler == "hf" else vllm_sampler(cfg, run_dir, model, policy)
 
 
 def after_update(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from turnrl.files import append_jsonl, read_jsonl, rewrite_jsonl, write_atomic, writing
-from turnrl.types import TerminationReason, Trajectory
+from turnrl.types import TerminationReason, Trajectory, is_hack
 
 logger = logging.getLogger("turnrl")
 
@@ -50,7 +50,7 @@ def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "success/proxy": mean("proxy_success")
         if any("proxy_success" in t.metrics for t in trajs)
         else mean("success"),
-        "hack_rate": sum(bool(t.flags) for t in trajs) / n,
+        "hack_rate": sum(is_hack(t.flags) for t in trajs) / n,  # tampering, not findings
         "truncation_rate": sum(t.truncated for t in trajs) / n,
         "episode/turns_mean": mean("turns"),
         "episode/tokens_mean": mean("tokens"),

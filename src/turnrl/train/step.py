@@ -281,24 +281,6 @@ def minibatch_totals(loss_mask: torch.Tensor, value_mask: torch.Tensor | None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def flag_non_finite(trajs: list[Trajectory], env_name: str, log: Log) -> int:
-    """Flag (``non_finite_reward``) and report each episode whose reward or per-turn reward is
-    NaN/inf; the trainer then leaves it out of its group. Returns how many."""
-    count = 0
-    for t in trajs:
-        bad = [t.reward] if not math.isfinite(t.reward) else []
-        bad += [turn.reward for turn in t.turns if not math.isfinite(turn.reward)]
-        if bad:
-            count += 1
-            if "non_finite_reward" not in t.flags:
-                t.flags.append("non_finite_reward")
-            log(
-                f"warning: env {env_name} task {t.task_id}: non-finite reward {bad[0]}; "
-                "the episode is left out of its group"
-            )
-    return count
-
-
 @torch.no_grad()
 def _pre_pass(
     cfg: TrainConfig,
