@@ -5,6 +5,7 @@ each answered by one clear line and the right exit code with nothing left on dis
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -69,6 +70,9 @@ def _shared_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _cache(_shared_cache, monkeypatch):
     monkeypatch.setenv("TURNRL_CACHE", str(_shared_cache))
+    # the warnings checked here go through the "turnrl" logger, which a library configuring
+    # logging in the same process (import-linter in test_layers) may have disabled
+    monkeypatch.setattr(logging.getLogger("turnrl"), "disabled", False)
 
 
 def quiet_train(args: list[str], resume: Path | None = None, logs: list | None = None) -> Path:

@@ -380,7 +380,10 @@ class Watchdog:
     def _run(self) -> None:
         while True:
             time.sleep(self.every_s)
-            self.check()
+            try:
+                self.check()
+            except Exception as e:  # the watchdog must outlive whatever it watches
+                logger.debug(f"watchdog: {type(e).__name__}: {e}")
 
     def check(self) -> None:
         now = time.monotonic()
