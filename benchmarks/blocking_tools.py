@@ -4,9 +4,10 @@ One step: B concurrent episodes of K turns, N sampled tokens per turn, then a to
 takes a random 0-50 ms. Three versions of the tool, same latencies:
 
 * ``async``: ``await asyncio.sleep(t)`` (the reference: latency overlaps across episodes);
-* ``blocking``: a plain ``def`` calling ``time.sleep(t)``; ``ToolEnv.step`` runs it on a thread;
-* ``on-loop``: ``time.sleep(t)`` inside an ``async def``, i.e. a blocking call on the event
-  loop, which is what a plain method cost before it ran on a thread (latencies add up).
+* ``blocking``: a plain ``def`` calling ``time.sleep(t)``; it runs on the env's own thread;
+* ``on-loop``: ``time.sleep(t)`` inside an ``async def``, a blocking call on an event loop. It
+  runs on the env's own loop (:mod:`turnrl.envs.guard`), so it overlaps like the others; before
+  that guard, on the loop all episodes share, the latencies added up.
 
 Each version runs ``--repeats`` times, interleaved; the fastest run counts (the machine may
 be shared). Prints the step times and the ratio blocking / async (target <= 1.2).
@@ -118,7 +119,7 @@ def main() -> None:
     for name, s in best.items():
         print(f"  {name:<9} tool: {s:.2f} s per step")
     print(f"blocking / async: {best['blocking'] / best['async']:.2f}  (target <= 1.2)")
-    print(f"on-loop / async:  {best['on-loop'] / best['async']:.2f}  (a blocking call on the loop)")
+    print(f"on-loop / async:  {best['on-loop'] / best['async']:.2f}  (time.sleep in async def)")
 
 
 if __name__ == "__main__":

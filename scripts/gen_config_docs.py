@@ -25,7 +25,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from turnrl.cli import app  # noqa: E402
+from turnrl.cli import EXIT_CODES, app  # noqa: E402
 from turnrl.run import config as config_module  # noqa: E402
 from turnrl.run.config import DEFAULT_RECIPE, TrainConfig, recipe_names  # noqa: E402
 
@@ -148,8 +148,16 @@ def cli_page() -> str:
         "",
         (root.help or "").strip(),
         "",
-        "Every command takes `--help`. Overrides are `key=value` pairs with dotted paths"
+        "Every command takes `-h` or `--help`. Overrides are `key=value` pairs with dotted paths"
         " (see the [configuration reference](config.md)).",
+        "",
+        "## Exit codes",
+        "",
+        "Errors are one or two lines on stderr, never wrapped (see [faults](faults.md)).",
+        "",
+        "| code | meaning |",
+        "|---|---|",
+        *(f"| {code} | {meaning} |" for code, meaning in EXIT_CODES.items()),
     ]
     for name in sorted(root.commands):
         cmd = root.commands[name]

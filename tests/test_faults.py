@@ -5,9 +5,12 @@ each answered by one clear line and the right exit code with nothing left on dis
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,6 +70,9 @@ def _shared_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _cache(_shared_cache, monkeypatch):
     monkeypatch.setenv("TURNRL_CACHE", str(_shared_cache))
+    # the warnings checked here go through the "turnrl" logger, which a library configuring
+    # logging in the same process (import-linter in test_layers) may have disabled
+    monkeypatch.setattr(logging.getLogger("turnrl"), "disabled", False)
 
 
 def quiet_train(args: list[str], resume: Path | None = None, logs: list | None = None) -> Path:
@@ -156,7 +162,7 @@ def test_hanging_sync_tool_ends_its_episode_with_timeout_and_the_rest_go_on(loop
     assert [t.termination for t in trajs] == [TerminationReason.TIMEOUT] + 3 * [
         TerminationReason.DONE
     ]
-    assert trajs[0].error == "episode wall-clock limit reached"
+    assert trajs[0].error == "episode wall-clock limit (2 s) reached in tool 'work' (env slow)"
     assert wall < 15  # the episode timeout fired; the hung thread did not hold the run
     # The hung call's thread cannot be killed: it is counted as stuck until it returns.
     assert blocking_tool_stats()["env/stuck_threads"] >= stuck_before + 1
@@ -165,6 +171,42 @@ def test_hanging_sync_tool_ends_its_episode_with_timeout_and_the_rest_go_on(loop
     assert trajs[0].termination is TerminationReason.TIMEOUT
     assert trajs[0].error == "tool 'work' ran past tool_timeout_s=0.5"
     assert trajs[1].termination is TerminationReason.DONE
+
+
+class AsyncBlockingEnv(SlowEnv):
+    """``work`` is an ``async def`` that blocks in ``time.sleep``: common in user code, it used to
+    freeze the event loop of every episode (and the episode timeout with it)."""
+
+    name = "asyncblock"
+
+    async def work(self) -> ToolOutput:
+        """Work (a blocking call inside async def)."""
+        time.sleep(self.sleep)
+        return ToolOutput("done", done=True)
+
+
+def test_blocking_call_inside_async_tool_ends_its_episode_and_is_named(
+    loop_parts, monkeypatch, caplog
+):
+    import turnrl.envs.guard as guard
+
+    monkeypatch.setattr(guard, "STALL_S", 1.0)
+    trajs, wall = play(loop_parts, AsyncBlockingEnv, [30.0, 0.0, 0.0, 0.0], timeout_s=8.0)
+    assert [t.termination for t in trajs] == [TerminationReason.TIMEOUT] + 3 * [
+        TerminationReason.DONE
+    ]
+    assert trajs[0].error == (
+        "episode wall-clock limit (8 s) reached in tool 'work' (env asyncblock)"
+    )
+    assert wall < 15  # the other episodes and the clock went on
+    stalls = [r.message for r in caplog.records if "has not run" in r.message]
+    assert len(stalls) == 1, stalls  # one line per stall
+    assert stalls[0].startswith(
+        "warning: env asyncblock: tool 'work': the event loop has not run for 1 s; its thread "
+        f"is at {__file__}:"
+    )
+    assert "in work (a blocking call in env code: inside async def, make the method" in stalls[0]
+    assert blocking_tool_stats()["env/stuck_threads"] >= 1  # until its sleep ends
 
 
 def test_blocking_tools_overlap_across_episodes(loop_parts):
@@ -463,39 +505,6 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 @pytest.mark.slow
-def test_disk_full_at_a_checkpoint_keeps_last_pt(tmp_path, monkeypatch):
-    import torch
-
-    quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
-    real_save, saves = torch.save, []
-
-    def save(obj, f, *a, **kw):
-        saves.append(f)
-        if len(saves) > 1:  # the second checkpoint: the disk is full
-            Path(f).write_bytes(b"partial")
-            raise RuntimeError(
-                "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed "
-                "writing file data/0: file write failed"
-            )
-        return real_save(obj, f, *a, **kw)
-
-    monkeypatch.setattr(torch, "save", save)
-    run_dir = tmp_path / "fast"
-    stderr = fails(["train", "--quiet", *FAST, f"runs_dir={tmp_path}", "steps=3"], code=1)
-    last = run_dir / "checkpoints" / "last.pt"
-    free = stderr.split("file write failed; ")[1].split(")")[0]
-    assert free.endswith(" MiB free")
-    assert stderr.splitlines()[-2:] == [  # after the model loader's progress bars
-        f"error: could not write checkpoint {last} (PytorchStreamWriter failed writing file "
-        f"data/0: file write failed; {free}); last.pt is intact",
-        f"the last checkpoint is step 1 of 3; continue with: turnrl train --resume {run_dir}",
-    ]
-    monkeypatch.setattr(torch, "save", real_save)
-    assert torch.load(last, weights_only=False)["step"] == 1
-    assert not last.with_suffix(".tmp").exists()
-
-
-@pytest.mark.slow
 def test_ctrl_c_prints_how_to_resume(tmp_path, monkeypatch):
     import turnrl.run.recipe as loop
 
@@ -515,3 +524,617 @@ def test_ctrl_c_prints_how_to_resume(tmp_path, monkeypatch):
         f"the last checkpoint is step 1 of 3; continue with: turnrl train --resume "
         f"{tmp_path / 'fast'}",
     ]
+
+
+# -- user code that blocks or raises, through `turnrl train` ---------------------------------
+
+FLAKY_ENV = '''
+import os
+import time
+
+from turnrl.envs.base import ToolEnv, ToolOutput
+from turnrl.envs.registry import EnvClassFamily
+from turnrl.types import RewardResult
+
+
+class FlakyEnv(ToolEnv):
+    """A user env whose ``async def reset`` does what the task says: "block" blocks in
+    time.sleep (a blocking call inside async def), "ok" works. With FLAKY_RAISE_AFTER=N every
+    reset after the process's N-th raises; with FLAKY_BLOCK_AFTER=N every one blocks."""
+
+    name = "flaky"
+    tools = ("done",)
+    resets = 0
+
+    @classmethod
+    def tasks(cls, split, n=None, seed=0):
+        modes = os.environ.get("FLAKY_TRAIN" if split == "train" else "FLAKY_TEST", "ok,ok,ok,ok")
+        return [{"mode": m} for m in modes.split(",")][:n]
+
+    async def reset(self, task):
+        FlakyEnv.resets += 1
+        if FlakyEnv.resets > int(os.environ.get("FLAKY_RAISE_AFTER", "1000000")):
+            raise ValueError("the task store is down")
+        if task.payload["mode"] == "block" or FlakyEnv.resets > int(
+            os.environ.get("FLAKY_BLOCK_AFTER", "1000000")
+        ):
+            time.sleep(float(os.environ.get("FLAKY_BLOCK_S", "30")))
+        self.instructions = "Call done."
+        return "Go."
+
+    def done(self) -> ToolOutput:
+        """Finish."""
+        return ToolOutput("ok", done=True)
+
+    async def grade(self):
+        return RewardResult(0.0, False)
+
+
+class SlowCloseFamily(EnvClassFamily):
+    """FlakyEnv's family, whose close blocks for an hour (a user family's clean-up that hangs)."""
+
+    def __init__(self):
+        super().__init__(FlakyEnv, {})
+
+    def close(self):
+        if FlakyEnv.resets:  # the run's family (the command line's check builds one first)
+            time.sleep(3600)
+'''
+
+USER_RUN = [
+    "model.name=tiny",
+    "sft.enabled=false",
+    "sft.episodes=4",
+    "tiny.vocab_size=300",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
+    "env.eval_tasks=4",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "rollout.max_context_tokens=512",
+    "optim.minibatch_size=4",
+    "optim.micro_batch_size=4",
+    "threads=1",
+    "name=flaky",
+]
+
+
+def start_user_run(tmp_path: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``turnrl train --quiet`` on FlakyEnv in ``tmp_path`` (plain lines, stdout and stderr
+    apart)."""
+    (tmp_path / "flaky_env.py").write_text(FLAKY_ENV)
+    cmd = [sys.executable, "-m", "turnrl.cli", "train", "--quiet", *USER_RUN, *args]
+    full_env = {**os.environ, "TURNRL_CACHE": str(tmp_path / "cache"), **env}
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_line(proc: subprocess.Popen, stream, text: str, timeout_s: float) -> list[str]:
+    """Lines of ``stream`` read until one contains ``text`` (the process is killed if none
+    comes within ``timeout_s``)."""
+    seen: list[str] = []
+    timer = threading.Timer(timeout_s, proc.kill)  # readline would wait for ever
+    timer.start()
+    try:
+        for line in stream:
+            seen.append(line)
+            if text in line:
+                return seen
+    finally:
+        timer.cancel()
+    raise AssertionError(f"no line with {text!r} in {timeout_s} s: {''.join(seen)[-3000:]}")
+
+
+@pytest.mark.slow
+def test_train_goes_on_past_a_reset_that_blocks_inside_async_def(tmp_path):
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:FlakyEnv", "steps=1", "rollout.episode_timeout_s=8"],
+        {"FLAKY_TRAIN": "ok,block", "FLAKY_BLOCK_S": "30"},
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    # the warm start read every task's first turn: the blocked reset is left out, and named
+    assert "warning: warm start: 1 of 2 resets ended early (1 timeout) and are left out; " in out
+    assert "episode wall-clock limit (8 s) reached in reset (env flaky)" in out
+    stall = [ln for ln in err.splitlines() if "has not run" in ln][0]
+    assert stall.startswith("warning: env flaky: reset: the event loop has not run for 5 s; its ")
+    assert f"{tmp_path / 'flaky_env.py'}:" in stall and "in reset (a blocking call" in stall
+    assert "warning: step 1: 2/4 episodes ended early (2 timeout)" in out
+    rows = rows_of(tmp_path / "runs" / "flaky")
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (1, "eval")]
+    assert rows[1]["termination/timeout"] == 0.5
+
+
+@pytest.mark.slow
+def test_first_ctrl_c_stops_a_run_whose_env_blocks_its_loop(tmp_path):
+    # after the warm start (2 resets) and the step-0 evaluation (4), every reset blocks an hour
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:FlakyEnv", "steps=5", "rollout.episode_timeout_s=3000"],
+        {"FLAKY_TRAIN": "ok,ok", "FLAKY_BLOCK_AFTER": "6", "FLAKY_BLOCK_S": "3600"},
+    )
+    try:
+        wait_for_line(proc, proc.stderr, "has not run", 300)  # step 1's resets block
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert stopped_in < 10, stopped_in
+    run_dir = tmp_path / "runs" / "flaky"
+    assert err.splitlines()[-2:] == [
+        "interrupted",
+        f"no checkpoint yet; start over with: turnrl train --resume {Path('runs') / 'flaky'}",
+    ]
+    assert (run_dir / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_stops_at_once(tmp_path):
+    """The first Ctrl-C stops the rollout, then the family's close hangs: the second ends it."""
+    proc = start_user_run(
+        tmp_path,
+        ["env.name=flaky_env:SlowCloseFamily", "steps=5", "rollout.episode_timeout_s=3000"],
+        {"FLAKY_TRAIN": "ok,ok", "FLAKY_BLOCK_AFTER": "6", "FLAKY_BLOCK_S": "3600"},
+    )
+    try:
+        wait_for_line(proc, proc.stderr, "has not run", 300)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(3)
+        assert proc.poll() is None  # held by the family's close
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        stopped_in = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and stopped_in < 5, (proc.returncode, stopped_in, err)
+    assert err.splitlines()[-1] == (
+        "interrupted again: stopped at once; continue with: turnrl train --resume "
+        f"{Path('runs') / 'flaky'}"
+    )
+
+
+@pytest.mark.slow
+def test_an_env_whose_reset_always_raises_stops_the_run_which_resumes_once_fixed(tmp_path):
+    # the warm start (2 resets) and the step-0 evaluation (4) work; then every reset raises
+    args = ["env.name=flaky_env:FlakyEnv", "steps=4", "rollout.env_failure_steps=2"]
+    proc = start_user_run(tmp_path, args, {"FLAKY_TRAIN": "ok,ok", "FLAKY_RAISE_AFTER": "6"})
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    run = Path("runs") / "flaky"
+    assert err.splitlines()[-2:] == [
+        "error: env flaky failed in most episodes of 2 steps in a row (steps 1-2: 4/4, 4/4 ended "
+        "in env_error or timeout; rollout.env_failure_share=0.5); first: ValueError: the task "
+        "store is down (reset of env flaky, at flaky_env.py:27 in reset)",
+        f"the last checkpoint is step 2 of 4; continue with: turnrl train --resume {run}",
+    ]
+    rows = rows_of(tmp_path / run)
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (2, "train")]
+    assert rows[1]["termination/env_error"] == 1.0
+    # fixed (the variable gone), the run resumes from its checkpoint and ends
+    done = subprocess.run(
+        [sys.executable, "-m", "turnrl.cli", "train", "--quiet", "--resume", str(run)],
+        cwd=tmp_path,
+        env={**os.environ, "TURNRL_CACHE": str(tmp_path / "cache"), "FLAKY_TRAIN": "ok,ok"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = rows_of(tmp_path / run)
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (2, "train")] + [
+        (3, "train"),
+        (4, "train"),
+        (4, "eval"),
+    ]
+    assert rows[-1]["eval/ending/env_error"] == 0 and rows[0]["eval/ending/env_error"] == 0
+
+
+# -- the warm start's expert, the doctor: the same protection ---------------------------------
+
+
+class FlakyExpert:
+    """A scripted agent that raises, hangs, or plays ``agent``'s moves."""
+
+    def __init__(self, agent, what: str | None) -> None:
+        self.agent, self.what = agent, what
+
+    def act(self, observation: str):
+        if self.what == "raise":
+            raise RuntimeError("the expert lost its notes")
+        if self.what == "hang":
+            time.sleep(30)
+        return self.agent.act(observation)
+
+
+def flaky_experts(monkeypatch, what) -> None:
+    """GuessFamily's expert of seed s does ``what(s)``."""
+    from turnrl.envs.guess import GuessFamily
+
+    real = GuessFamily.expert
+
+    def expert(self, task, seed=0, noise=0.0):
+        return FlakyExpert(real(self, task, seed, noise), what(seed))
+
+    monkeypatch.setattr(GuessFamily, "expert", expert)
+
+
+WARM = ["sft.episodes=16", "sft.epochs=1", "rollout.episode_timeout_s=3", "steps=0"]
+
+
+def test_warm_start_leaves_out_expert_episodes_that_raise_or_hang(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))  # the expert plays now
+    flaky_experts(monkeypatch, lambda seed: {4: "raise", 9: "hang"}.get(seed))
+    logs: list[str] = []
+    t0 = time.monotonic()
+    quiet_train(FAST + [f"runs_dir={tmp_path}", *WARM], logs=logs)
+    assert time.monotonic() - t0 < 120  # the hung expert waited its episode's 3 s, no more
+    left_out = [ln for ln in logs if ln.startswith("warning: warm start:")]
+    assert left_out == [
+        "warning: warm start: 2 of 16 expert episodes ended early (1 env_error, 1 timeout) and "
+        "are left out; first: RuntimeError: the expert lost its notes (the scripted agent's act "
+        f"of env guess, at {Path(__file__).relative_to(Path.cwd())}:"
+        f"{FlakyExpert.act.__code__.co_firstlineno + 2} in act)"
+    ]
+    assert any(ln.startswith("warm start: SFT on 14 demonstrations") for ln in logs)
+
+
+def test_warm_start_of_an_env_whose_expert_always_fails_stops_before_training(
+    tmp_path, monkeypatch
+):
+    from turnrl.train.failures import BrokenEnv
+
+    monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
+    flaky_experts(monkeypatch, lambda seed: "raise")
+    with pytest.raises(BrokenEnv) as e:
+        quiet_train(FAST + [f"runs_dir={tmp_path}", *WARM])
+    assert str(e.value).startswith(
+        "warm start: env guess failed in 16 of 16 expert episodes (16 env_error; "
+        "rollout.env_failure_share=0.5); first: RuntimeError: the expert lost its notes"
+    )
+
+
+def test_doctor_names_a_call_that_blocks_and_returns(tmp_path, monkeypatch):
+    import turnrl.envs.doctor as doctor
+
+    monkeypatch.setattr(doctor, "CALL_TIMEOUT_S", 2.0)
+    (tmp_path / "flaky_env.py").write_text(FLAKY_ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLAKY_TRAIN", "ok,block")
+    monkeypatch.setenv("FLAKY_BLOCK_S", "20")
+    t0 = time.monotonic()
+    checks = {c.name: c for c in doctor.run_doctor("flaky_env:FlakyEnv", {}, None, 2, 4, 0)}
+    assert time.monotonic() - t0 < 60
+    contract = checks["reset/step/grade contract"]
+    assert contract.ok is False
+    assert contract.detail.startswith(
+        f"do-nothing on flaky-train-0-1: reset did not return within 2 s (its thread is at "
+        f"{tmp_path / 'flaky_env.py'}:31 in reset)"
+    )
+    assert checks["grade never raises"].ok  # no grade was queued behind the stuck reset
+
+
+# -- torn and cut run files: resume, report, view and export read through them ----------------
+
+
+@pytest.mark.slow
+def test_torn_or_cut_run_files_are_read_up_to_the_tear_everywhere(tmp_path, caplog):
+    run_dir = quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=2"])
+    torn = {
+        "metrics.jsonl": '{"step": 3, "reward/me',
+        "samples.jsonl": '{"step": 3, "task_',
+        "episodes.jsonl": '{"step": 3, "i": 0, "ta',
+    }
+    for name, tail in torn.items():  # a kill mid-write of each append-only file
+        with (run_dir / name).open("a") as f:
+            f.write(tail)
+    gz = run_dir / "trajectories" / "step-00000002.jsonl.gz"
+    whole = gz.read_bytes()
+    gz.write_bytes(whole[: len(whole) // 2])  # a cut compressed record file
+    for args in (
+        ["report", str(run_dir)],
+        ["view", str(run_dir), "--export", str(tmp_path / "page.html")],
+        ["export", str(run_dir), str(tmp_path / "model")],
+    ):
+        caplog.clear()
+        out = runner.invoke(app, args)
+        assert out.exit_code == 0, (args, out.output)
+        if args[0] != "export":  # export copies the policy and reads no record
+            warned = caplog.text
+            assert f"warning: {run_dir / 'metrics.jsonl'}: dropped a torn last line" in warned
+            assert f"warning: {run_dir / 'episodes.jsonl'}: dropped a torn last line" in warned
+            assert f"warning: {gz}: the file is cut short (a kill or a failed copy)" in warned
+    assert (tmp_path / "model" / "config.json").exists()
+    quiet_train(["steps=3"], resume=run_dir)
+    rows = rows_of(run_dir)
+    assert keys_of(rows) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")] + [
+        (3, "train"),
+        (3, "eval"),
+    ]
+    samples = [s["step"] for s in read_jsonl(run_dir / "samples.jsonl")]
+    assert samples == [0] * 3 + [1] * 2 + [2] * 2 + [2] * 3 + [3] * 2 + [3] * 3
+    episodes = [r["step"] for r in read_jsonl(run_dir / "episodes.jsonl")]
+    assert episodes == [1] * 8 + [2] * 8 + [3] * 8
+    assert not list(run_dir.rglob("*.tmp*"))
+
+
+@pytest.mark.slow
+def test_an_evaluation_a_kill_cut_between_samples_and_row_is_run_again_whole(tmp_path):
+    run_dir = quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=1"])
+    # as a kill leaves it after the final evaluation's samples, before its row (the commit)
+    mfile = run_dir / "metrics.jsonl"
+    mfile.write_text("".join(ln + "\n" for ln in mfile.read_text().splitlines()[:-1]))
+    assert keys_of(rows_of(run_dir)) == [(0, "eval"), (1, "train")]
+    quiet_train([], resume=run_dir)
+    assert keys_of(rows_of(run_dir)) == [(0, "eval"), (1, "train"), (1, "eval")]
+    samples = [(s["step"], bool(s.get("eval"))) for s in read_jsonl(run_dir / "samples.jsonl")]
+    assert samples == [(0, True)] * 3 + [(1, False)] * 2 + [(1, True)] * 3  # none twice
+
+
+# -- a full disk, a read-only disk: each writer names the file and leaves nothing half-done ----
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs (root can mount one; elsewhere the test cannot make a disk fill up)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64M", "tmpfs", str(disk)])
+    if mount.returncode != 0:
+        pytest.skip("needs permission to mount a tmpfs")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path) -> None:
+    """Use up every free byte of ``disk``."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for chunk in (1 << 20, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * chunk):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".tmp" in p.name)
+
+
+def writers(loop_parts):
+    """Each file a run writes, by its writer: (name, the path it writes, write())."""
+    import torch
+
+    from turnrl.train.checkpoint import save_checkpoint
+    from turnrl.train.export import save_policy
+    from turnrl.train.metrics import MetricsWriter, count_resume
+    from turnrl.view.export import export_html
+    from turnrl.view.records import RecordWriter
+
+    policy, renderer = loop_parts
+    model, tok = policy.model, renderer.tokenizer
+    traj = play(loop_parts, SlowEnv, [0.0, 0.0], timeout_s=30)[0]
+    opt = torch.optim.AdamW(model.parameters())
+
+    def metrics(run):
+        w = MetricsWriter(run, resume_step=None) if not (run / "metrics.jsonl").exists() else None
+        w = w or MetricsWriter(run, resume_step=5)
+        w.write({"step": 1, "reward/mean": 0.5}, traj[:1], renderer)
+        w.close()
+
+    def records(run):
+        w = RecordWriter(run, record_groups=2, records_mb=8, token_text=str, truncate_from=9)
+        w.write(1, traj)
+
+    return [
+        ("metrics.jsonl", metrics),
+        ("trajectories/step-00000001.jsonl.gz", records),
+        ("resumes", count_resume),
+        ("checkpoints/last.pt", lambda run: save_checkpoint(
+            run / "checkpoints" / "last.pt", step=1, version=1, model=model, optimizer=opt
+        )),
+        ("model", lambda run: save_policy(run, model, tok, "tiny", 1)),
+        ("report.html", lambda run: export_html([run], run / "report.html")),
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_disk_full_at_each_writer_names_the_file_and_keeps_the_old_one(
+    small_disk, loop_parts, caplog
+):
+    from turnrl.cli import explain
+
+    run = small_disk / "run"
+    run.mkdir()
+    for _, write in writers(loop_parts):
+        write(run)  # a first version, on a disk with room
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    fill(small_disk)
+    for name, write in writers(loop_parts):
+        with pytest.raises(Exception) as e:
+            write(run)
+        code, lines = explain(e.value)
+        assert code == 1, (name, lines)
+        if name == "checkpoints/last.pt":
+            assert lines == [
+                f"error: could not write checkpoint {run / name} (No space left on device; 0 "
+                "MiB free); last.pt is intact"
+            ]
+        elif name in ("metrics.jsonl", "trajectories/step-00000001.jsonl.gz"):
+            assert lines[0].startswith(f"error: cannot write {run}/"), (name, lines)
+            assert lines[0].endswith(": No space left on device (0 MiB free there)"), lines
+        else:
+            assert lines == [
+                f"error: cannot write {run / name}: No space left on device (0 MiB free there)"
+            ]
+        assert not leftovers(run), (name, leftovers(run))
+    for path, data in before.items():  # whole files are as they were; appends kept theirs
+        if path.name not in ("metrics.jsonl", "samples.jsonl", "episodes.jsonl"):
+            assert path.read_bytes() == data, path
+        else:
+            assert path.read_bytes().startswith(data), path
+
+
+@pytest.mark.slow
+def test_disk_full_at_the_final_report(tmp_path, small_disk, monkeypatch):
+    import turnrl.run.rundir as rundir
+
+    quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
+    real = rundir.export_html
+
+    def full_then_export(runs, out, **kw):
+        fill(small_disk)
+        return real(runs, out, **kw)
+
+    monkeypatch.setattr(rundir, "export_html", full_then_export)
+    stderr = fails(["train", "--quiet", *FAST, f"runs_dir={small_disk}", "steps=1"], code=1)
+    run_dir = small_disk / "fast"
+    assert stderr.splitlines()[-2:] == [
+        f"error: cannot write {run_dir / 'report.html'}: No space left on device (0 MiB free "
+        "there)",
+        f"all 1 steps are saved; rebuild it with: turnrl report {run_dir}",
+    ]
+    assert not leftovers(run_dir)
+    (small_disk / "filler").unlink()
+    monkeypatch.setattr(rundir, "export_html", real)  # room again: the hint's command works
+    again = runner.invoke(app, ["report", str(run_dir)])
+    assert again.exit_code == 0, again.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_disk_that_fills_or_turns_read_only_at_a_checkpoint(
+    tmp_path, small_disk, monkeypatch, fault
+):
+    import torch
+
+    import turnrl.run.rundir as rundir
+
+    quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
+    real, calls = rundir.save_checkpoint, []
+
+    def save(path, **kw):
+        calls.append(path)
+        if len(calls) == 2:  # the second checkpoint
+            if fault == "full":
+                fill(small_disk)
+            else:
+                subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+        return real(path, **kw)
+
+    monkeypatch.setattr(rundir, "save_checkpoint", save)
+    run_dir = small_disk / "fast"
+    stderr = fails(["train", "--quiet", *FAST, f"runs_dir={small_disk}", "steps=3"], code=1)
+    last = run_dir / "checkpoints" / "last.pt"
+    cause = "No space left on device; 0" if fault == "full" else "Read-only file system; "
+    lines = stderr.splitlines()[-2:]
+    assert lines[0].startswith(f"error: could not write checkpoint {last} ({cause}")
+    assert lines[0].endswith(" MiB free); last.pt is intact")
+    assert lines[1] == (
+        f"the last checkpoint is step 1 of 3; continue with: turnrl train --resume {run_dir}"
+    )
+    assert torch.load(last, weights_only=False)["step"] == 1
+    assert not leftovers(run_dir)
+    if fault == "read-only":
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+
+
+# -- the command line: -h, unknown options, stderr, and bad input before torch loads ---------
+
+COMMANDS = ["train", "eval", "export", "view", "report", "audit", "envs", "doctor"]
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "check-template"])
+def test_help_and_unknown_options_on_every_command(command):
+    for flag in ("-h", "--help"):
+        out = runner.invoke(app, [command, flag])
+        assert out.exit_code == 0 and "Usage: turnrl " in out.stdout, out.output
+    assert fails([command, "--zzz"]) == (
+        f"turnrl {command}: No such option: --zzz (see turnrl {command} -h)\n"
+    )
+
+
+def test_usage_mistakes_are_one_line_with_exit_2():
+    assert fails(["--bogus"]) == "turnrl: No such option: --bogus (see turnrl -h)\n"
+    assert fails(["bogus"]) == "turnrl: No such command 'bogus'. (see turnrl -h)\n"
+    assert fails(["eval", "--k", "x"]) == (
+        "turnrl eval: Invalid value for '--k': Input should be a valid integer, unable to parse "
+        "string as an integer (see turnrl eval -h)\n"
+    )
+    out = runner.invoke(app, ["-h"])
+    assert out.exit_code == 0 and "train" in out.stdout
+
+
+BEFORE_TORCH = """
+import sys
+from turnrl.cli import main
+sys.argv = ["turnrl", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as e:
+    heavy = [m for m in ("torch", "transformers") if m in sys.modules]
+    print(e.code, heavy, file=sys.stdout)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "steps=x"],
+        ["train", "recipe=guess-tiny", "env.options.low=9", "env.options.high=2"],
+        ["train", "env.name=guess", "model.name=/no/such/model"],
+        ["eval", "runs/none"],
+        ["export", "runs/none", "out"],
+        ["train", "--bogus"],
+    ],
+)
+def test_bad_input_is_answered_before_torch_loads(tmp_path, args):
+    out = subprocess.run(
+        [sys.executable, "-c", BEFORE_TORCH, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout == "2 []\n", (out.stdout, out.stderr)
+    assert len(out.stderr.splitlines()) == 1, out.stderr  # one line, never wrapped
+
+
+# -- training options ------------------------------------------------------------------------
+
+
+def test_gae_turn_value_head_is_made_where_the_policy_was_placed():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from turnrl.train.step import make_critic
+
+    cfg = load_config(None, ["env.name=guess", "algo.advantage=gae_turn"])
+    config = LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).to("meta")  # a device other than the CPU it is made on
+    critic = make_critic(cfg, model)
+    assert critic is not None and critic.value_head.weight.device.type == "meta"
+
+
+def test_a_negative_entropy_coefficient_is_refused():
+    assert fails(["train", "env.name=guess", "algo.entropy_coef=-0.01"]) == (
+        "config error: algo.entropy_coef: Input should be greater than or equal to 0 (got "
+        "-0.01) (nothing was started)\n"
+    )

@@ -224,6 +224,45 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(aggregation, ratio_l
         torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_rows_without_signal_stay_in_the_normalisers(aggregation):
+    """A group whose rewards are all equal has advantages 0: its rows are not computed (no
+    KL, entropy or value term), yet the gradient is the one over every row, not the other
+    rows' scaled up by leaving theirs out of N and B'."""
+    cfg = load_config(
+        None,
+        [
+            "env.name=guess",
+            f"algo.aggregation={aggregation}",
+            "algo.truncation=mask",
+            "optim.grad_clip=1e9",
+            "optim.minibatch_size=8",  # one minibatch of the whole batch
+            "optim.micro_batch_size=2",
+        ],
+    )
+    rng = random.Random(5)
+    trajs = [
+        trajectory(rng, "a", 3, [(4, 2), (2, 0)], 1.0),
+        trajectory(rng, "a", 3, [(3, 1)], 0.0),
+        trajectory(rng, "b", 2, [(5, 2), (1, 0)], 1.0),  # group b: no signal
+        trajectory(rng, "b", 2, [(2, 0)], 1.0),
+        trajectory(rng, "b", 2, [(6, 1), (2, 0)], 1.0),
+    ]
+    batch = collate(trajs, pad_id=0)
+    batch.behavior_logprobs = batch.behavior_logprobs.double()
+    model = tiny_lm()
+    _REF[id(model)] = tiny_lm(seed=1).requires_grad_(False)
+    critic = TurnCritic.sharing(model).double()
+    n_policy = len(list(model.parameters()))
+    expected = reference_gradient(cfg, model, critic, batch)[:n_policy]  # every row computed
+    opt = Recorder(list(model.parameters()))
+    m = train_on_batch(cfg, model, None, opt, batch, step=0, log=lambda s: None)
+    assert m["train/rows"] == 2  # group b was not computed
+    assert len(opt.grads) == 1
+    for g, e in zip(opt.grads[0], expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-12)
+
+
 def test_micro_batches_respect_row_and_token_budgets():
     lengths = torch.tensor([10, 3, 7, 30, 2, 2])
     rows = torch.arange(6)

@@ -1,13 +1,14 @@
 """The ``turnrl`` command line. It talks only to :mod:`turnrl.run`, the composition root.
 
-Every command runs inside :class:`_Commands`, which turns an error into one or two lines
-(the file, field or path, and what to do) and an exit code: 2 for bad input, 130 for Ctrl-C,
-1 otherwise. ``--debug`` anywhere on the command line shows the traceback instead.
+Every command runs inside :class:`_Commands`, which turns an error into one or two lines on
+stderr (the file, field or path, and what to do) and an exit code
+(:data:`turnrl.run.errors.EXIT_CODES`); Ctrl-C acts as :mod:`turnrl.run.interrupts` says.
+``--debug`` anywhere on the command line shows the traceback instead. Commands read and check
+their config before they import torch or transformers, so bad input is answered in a second.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
@@ -15,39 +16,36 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 
 from turnrl.run.config import ConfigError, load_config, recipe_names
+from turnrl.run.errors import EXIT_CODES, explain, write_atomic
+from turnrl.run.interrupts import ctrl_c_stops
 
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # soft_wrap: one message stays one line
+__all__ = ["EXIT_CODES", "app", "explain", "main"]
+
+# Recent typers bundle their own copy of click, whose exceptions are not the click package's:
+# take them from the module typer's own BadParameter comes from (the click package's in older
+# typers).
+click_errors = sys.modules[typer.BadParameter.__module__]
+_NoArgsIsHelp = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+
+console = Console(soft_wrap=True)  # soft_wrap: a line is never wrapped at 80 columns (a pipe)
+errors = Console(stderr=True, soft_wrap=True)
 
 
-def explain(e: BaseException) -> tuple[int, list[str]]:
-    """The exit code and the lines a user sees for an error escaping a command."""
-    notes = list(getattr(e, "__notes__", []))
-    if isinstance(e, KeyboardInterrupt):
-        return 130, ["interrupted", *notes]
-    if isinstance(e, ConfigError):
-        lines = str(e).splitlines()
-        if len(lines) == 1:
-            return 2, [f"config error: {lines[0]} (nothing was started)"]
-        return 2, ["config error (nothing was started):", *(f"  {ln}" for ln in lines)]
-    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return 2, [
-            f"error: cannot write {e.filename or 'a file'}: {e.strerror}; use a writable "
-            "directory (for a run: runs_dir=DIR)",
-            *notes,
-        ]
-    if isinstance(e, OSError) and e.filename:
-        return 1, [f"error: {e.filename}: {e.strerror}", *notes]
-    first = (str(e).strip().splitlines() or [""])[0][:500]
-    if type(e).__name__ == "CheckpointError":  # its message names the file and what is intact
-        return 1, [f"error: {first}", *notes]
-    head = f"error: {type(e).__name__}: {first}" if first else f"error: {type(e).__name__}"
-    return 1, [head, *(notes or ["run the command again with --debug for the traceback"])]
+def _say(lines: list[str]) -> None:
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike
+        for line in lines:
+            errors.print(line, markup=False, highlight=False)
+
+
+def usage_line(e: click_errors.UsageError) -> str:
+    """A command-line mistake (an unknown option, a bad option value) as one line."""
+    where = e.ctx.command_path if e.ctx is not None else "turnrl"
+    message = " ".join(e.format_message().split())
+    return f"{where}: {message} (see {where} -h)"
 
 
 class _Commands(typer.core.TyperGroup):
@@ -58,27 +56,53 @@ class _Commands(typer.core.TyperGroup):
     def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
         args = list(sys.argv[1:] if args is None else args)
         _Commands.debug = "--debug" in args
-        return super().main([x for x in args if x != "--debug"], *a, **kw)
-
-    def invoke(self, ctx: click.Context) -> Any:
+        args = [x for x in args if x != "--debug"]
+        if kw.get("standalone_mode", True) is False:
+            return super().main(args, *a, **kw)
+        kw["standalone_mode"] = False  # errors of the group's own options come back here
         try:
-            return super().invoke(ctx)
-        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            code = super().main(args, *a, **kw)
+        except _NoArgsIsHelp as e:  # plain `turnrl`: the help (typer's rich help is printed)
+            if text := e.format_message().strip():
+                print(text)
+            code = 0
+        except click_errors.UsageError as e:
+            _say([usage_line(e)])
+            code = 2
+        except click_errors.ClickException as e:
+            _say([f"error: {e.format_message()}"])
+            code = e.exit_code
+        except typer.Abort:
+            code = 1
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            with ctrl_c_stops():
+                return super().invoke(ctx)
+        except (typer.Exit, typer.Abort):
+            raise
+        except click_errors.UsageError as e:  # an unknown option, a bad value: one line
+            if _Commands.debug:
+                raise
+            _say([usage_line(e)])
+            raise typer.Exit(2) from None
+        except click_errors.ClickException:
             raise
         except (Exception, KeyboardInterrupt) as e:
             if _Commands.debug:
                 raise
             code, lines = explain(e)
-            if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike
-                for line in lines:
-                    errors.print(line, markup=False, highlight=False)
+            _say(lines)
             raise typer.Exit(code) from None
 
 
 app = typer.Typer(
+    name="turnrl",
     cls=_Commands,
     add_completion=False,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="RL for multi-step, tool-using LLM agents. Add --debug to any command to see the "
     "full traceback of an error.",
 )
@@ -106,8 +130,7 @@ def _template_errors():
     try:
         yield
     except TemplateError as e:
-        console.print(f"[red]chat template[/red]: {e}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise _bad_input(f"chat template: {e}") from None
 
 
 @app.command("check-template")
@@ -121,10 +144,9 @@ def check_template(
     from turnrl.run.commands import check_template as check_model_template
 
     if tool_format not in ("auto", "hermes", "llama3", "mistral", "json"):
-        console.print(
-            f"[red]--tool-format[/red] {tool_format!r}: use auto, hermes, llama3, mistral or json"
+        raise _bad_input(
+            f"--tool-format {tool_format!r}: use auto, hermes, llama3, mistral or json"
         )
-        raise typer.Exit(2)
     with _template_errors():
         renderer = check_model_template(model, tool_format)  # type: ignore[arg-type]
     console.print(
@@ -146,7 +168,7 @@ def train(
     ] = False,
 ) -> None:
     """Train a policy (default: the tiny model on the code env, SFT warm start then RL)."""
-    from turnrl.run.recipe import train as run_training
+    from turnrl.run.preflight import preflight
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
@@ -157,6 +179,9 @@ def train(
         cfg = _run_config(resume, overrides)
     else:
         cfg = _config(config, overrides)
+    preflight(cfg)[0].close()  # the machine, the model, env options: before torch loads
+    from turnrl.run.recipe import train as run_training
+
     # Plain lines to a file or pipe: rich would wrap them at 80 columns there.
     plain = quiet or not sys.stdout.isatty()
     log = (lambda s: print(s, flush=True)) if plain else console.print
@@ -204,7 +229,6 @@ def evaluate(
     """Evaluate a run, a model or an endpoint on held-out tasks: success, pass@k, pass^k, mean
     turns, the endings by reason; the episodes are kept as records turnrl view opens. With
     --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
-    from turnrl.run.evaluate import records_dir, run_eval
     from turnrl.run.preflight import HubUnavailable, check_model
 
     if endpoint is not None:
@@ -224,13 +248,9 @@ def evaluate(
         )
         return
     if model is not None or temperature is not None or max_tokens is not None:
-        console.print("[red]--model/--temperature/--max-tokens[/red] go with --endpoint URL")
-        raise typer.Exit(2)
+        raise _bad_input("--model/--temperature/--max-tokens go with --endpoint URL")
     if target is None:
-        console.print(
-            "[red]eval[/red]: give a run directory or model, or --endpoint URL --model NAME"
-        )
-        raise typer.Exit(2)
+        raise _bad_input("eval: give a run directory or model, or --endpoint URL --model NAME")
     run_dir = Path(target)
     if (run_dir / "config.yaml").exists():
         cfg = _run_config(run_dir, overrides)
@@ -248,11 +268,12 @@ def evaluate(
         cfg = _config(None, [*(overrides or []), f"model.name={target}"])
         run_dir = None
     if k > 1 and cfg.rollout.held_out_temperature == 0:
-        console.print(
-            f"[red]--k {k}[/red] needs sampled episodes, and rollout.eval_temperature=0 decodes "
+        raise _bad_input(
+            f"--k {k} needs sampled episodes, and rollout.eval_temperature=0 decodes "
             "greedily (k identical tries): drop it or set rollout.eval_temperature=1.0"
         )
-        raise typer.Exit(2)
+    from turnrl.run.evaluate import records_dir, run_eval
+
     folder = records or records_dir(cfg, target, run_dir)
     with _template_errors():
         results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines, records=folder)
@@ -265,7 +286,7 @@ def _print_results(results: dict, out: Path | None) -> None:
             f"{name:>24}: {value:.3f}" if isinstance(value, float) else f"{name:>24}: {value}"
         )
     if out is not None:
-        out.write_text(json.dumps(results, indent=2))
+        write_atomic(out, json.dumps(results, indent=2))
     if "records" in results:
         folder = results["records"]
         console.print(
@@ -279,7 +300,7 @@ def _print_results(results: dict, out: Path | None) -> None:
 def _run_config(run_dir: Path, overrides: list[str] | None):
     """A run's saved config with ``overrides``; a saved ``model.device`` this machine lacks
     becomes auto (said on the console), so a run trained on a GPU evaluates and exports here."""
-    from turnrl.run.rundir import run_config
+    from turnrl.run.preflight import run_config
 
     cfg, note = run_config(run_dir, overrides or [])
     if note:
@@ -298,15 +319,14 @@ def _eval_endpoint(
     try:
         chat = OpenAIChat(model, endpoint, **sampling)
     except ValueError as e:
-        console.print(f"[red]--endpoint/--model[/red]: {e}")
-        raise typer.Exit(2) from None
+        raise _bad_input(f"--endpoint/--model: {e}") from None
     try:
         folder = records or records_dir(cfg, model or "endpoint")
         results = run_eval(
             cfg, None, k=k, n_tasks=tasks, baselines=baselines, chat=chat, records=folder
         )
     except OpenAIError as e:
-        console.print(f"[red]endpoint[/red]: {e}")
+        _say([f"endpoint: {e}"])
         raise typer.Exit(1) from None
     _print_results(results, out)
 
@@ -318,15 +338,13 @@ def export(
 ) -> None:
     """Write a run's latest policy to OUT as a transformers save_pretrained directory (LoRA
     merged), loadable with AutoModelForCausalLM.from_pretrained(OUT)."""
+    if not (run_dir / "config.yaml").exists():
+        raise _bad_input(f"{run_dir}: no config.yaml; not a run directory")
+    if out.exists():
+        raise _bad_input(f"{out} already exists; give a new path")
+    cfg = _run_config(run_dir, [])
     from turnrl.run.rundir import export_run
 
-    if not (run_dir / "config.yaml").exists():
-        console.print(f"[red]{run_dir}[/red]: no config.yaml; not a run directory")
-        raise typer.Exit(2)
-    if out.exists():
-        console.print(f"[red]{out}[/red] already exists; give a new path")
-        raise typer.Exit(2)
-    cfg = _run_config(run_dir, [])
     console.print(f"written: {export_run(run_dir, out, cfg)}")
 
 
@@ -351,8 +369,7 @@ def view(
     try:
         run_dirs = find_runs(runs)
     except ValueError as e:
-        console.print(f"[red]turnrl view[/red]: {e}")
-        raise typer.Exit(2) from None
+        raise _bad_input(f"turnrl view: {e}") from None
     if export is not None:
         from turnrl.run.rundir import export_html
 
@@ -363,8 +380,7 @@ def view(
     try:
         server = make_server(run_dirs, port=port)
     except OSError as e:
-        console.print(f"[red]--port {port}[/red]: cannot listen on 127.0.0.1 ({e}); try --port 0")
-        raise typer.Exit(2) from None
+        raise _bad_input(f"--port {port}: cannot listen on 127.0.0.1 ({e}); try --port 0") from None
     host, bound = server.server_address[:2]
     print(f"turnrl view: http://{host}:{bound}/  ({len(run_dirs)} runs; Ctrl-C stops)", flush=True)
     try:
@@ -393,14 +409,12 @@ def report(
     from turnrl.run.rundir import AUDIT_NAME, export_html, is_run, read_audit_c
 
     if not is_run(run_dir):
-        console.print(f"[red]{run_dir}[/red] has no metrics.jsonl")
-        raise typer.Exit(2)
+        raise _bad_input(f"{run_dir} has no metrics.jsonl; not a run directory")
     if audit is not None:
         try:
             read_audit_c(audit)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            console.print(f"[red]--audit[/red] {audit}: not a usable audit report ({e})")
-            raise typer.Exit(2) from None
+            raise _bad_input(f"--audit {audit}: not a usable audit report ({e})") from None
         if audit.resolve() != (run_dir / AUDIT_NAME).resolve():
             shutil.copyfile(audit, run_dir / AUDIT_NAME)
     console.print(str(export_html([run_dir], run_dir / "report.html")))
@@ -439,8 +453,7 @@ def audit(
     try:
         kinds_used = parse_kinds(kinds)
     except ValueError as e:
-        console.print(f"[red]{e}[/red]")
-        raise typer.Exit(2) from None
+        raise _bad_input(f"--kinds: {e}") from None
     run_audit(
         env=env,
         options=options,

@@ -56,15 +56,16 @@ A tool method returns ``str`` (the observation) or a :class:`ToolOutput` to also
 per-turn reward (the rubric weighs it with the env's grade), end the episode, or attach a
 screenshot.
 
-A tool may be ``async def`` (it runs on the event loop, so it must never block) or a plain
-``def``: a plain method runs on its own daemon thread, so a blocking call (``time.sleep``,
-``subprocess.run``, a slow database) overlaps with other episodes and never freezes the run.
-One env's calls are sequential, but each may run on a different thread (an sqlite connection
-needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the agent loop's episode
-timeout caps them all. A call past either ends its episode with TIMEOUT. A thread cannot be
-killed: one still running after its timeout is counted as stuck (``blocking_tool_stats``) and
-its slot is given to new calls; when ``MAX_STUCK_THREADS`` are stuck at once, further blocking
-calls fail (ENV_ERROR) rather than pile up threads without bound.
+A tool may be ``async def`` or a plain ``def``. Every call an episode makes into an env runs on
+the env's own event loop in a thread of its own (:mod:`turnrl.envs.guard`), so a blocking call
+(``time.sleep``, ``subprocess.run``, a slow database), in a plain method or inside an ``async
+def``, stalls only its own episode, and the other episodes overlap with it. Called outside
+such a loop (a test calling ``env.step``), a plain method runs on a daemon thread of its own. One env's calls are sequential, but each may run on a different thread
+(an sqlite connection needs ``check_same_thread=False``). ``tool_timeout_s`` caps one call; the
+agent loop's episode timeout caps them all. A call past either ends its episode with TIMEOUT.
+A thread cannot be killed: one still running after its timeout is counted as stuck
+(``blocking_tool_stats``); when ``MAX_STUCK_THREADS`` are stuck at once, further env threads
+fail to start (ENV_ERROR) rather than pile up without bound.
 """
 
 from __future__ import annotations
@@ -193,10 +194,15 @@ class ToolEnv:
             return StepResult(text, info={"error": "bad_arguments", "anchor": self.anchor(text)})
         try:
             if inspect.iscoroutinefunction(method):
-                call_out = method(**validated)
+                out = await asyncio.wait_for(method(**validated), self.tool_timeout_s)
+            elif (plain := getattr(_ENV_THREAD, "plain", None)) is not None:
+                plain[0] += 1  # on the env's own thread; the caller's clocks run
+                try:
+                    out = method(**validated)
+                finally:
+                    plain[0] -= 1
             else:
-                call_out = run_blocking(method, validated)
-            out = await asyncio.wait_for(call_out, self.tool_timeout_s)
+                out = await asyncio.wait_for(run_blocking(method, validated), self.tool_timeout_s)
             if inspect.isawaitable(out):  # a plain method that returned an awaitable
                 out = await asyncio.wait_for(out, self.tool_timeout_s)
         except TimeoutError:
@@ -215,18 +221,74 @@ class ToolEnv:
 
 
 MAX_STUCK_THREADS = 64
-_threads_lock = threading.Lock()
-_threads = {"running": 0, "stuck": 0, "started": 0}
+_ENV_THREAD = threading.local()
+
+
+def mark_env_thread() -> list[int]:
+    """Mark this thread as one env's own (:class:`turnrl.envs.guard.EnvLoop`): a plain tool
+    method then runs right here, as nothing else waits on the thread. Returns the count of
+    plain methods running (the watchdog does not report a loop they block: they may)."""
+    _ENV_THREAD.plain = [0]
+    return _ENV_THREAD.plain
+
+
+class _Slot:
+    """One thread running env code, as :class:`UserThreads` counts it."""
+
+    done = False
+    abandoned = False
+
+
+class UserThreads:
+    """Threads running env code off the event loop (plain tool methods, envs' own event loops,
+    :mod:`turnrl.envs.guard`) and how many of them are stuck: their caller gave up on them (a
+    timeout, a cancellation) but the code has not returned. A thread cannot be killed, so the
+    stuck ones are bounded: with ``MAX_STUCK_THREADS`` stuck, no new thread starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = self.stuck = 0
+
+    def start(self) -> _Slot:
+        with self._lock:
+            if self.stuck >= MAX_STUCK_THREADS:
+                raise RuntimeError(
+                    f"{self.stuck} threads running env code are stuck past their timeouts "
+                    f"(limit {MAX_STUCK_THREADS}); threads cannot be killed, so no more are "
+                    "started: bound the blocking call inside the env (a timeout on its own "
+                    "call) or make it async"
+                )
+            self.running += 1
+        return _Slot()
+
+    def abandon(self, slot: _Slot) -> None:
+        """Nobody waits for ``slot``'s thread any more; stuck until it returns."""
+        with self._lock:
+            if not slot.done and not slot.abandoned:
+                slot.abandoned = True
+                self.stuck += 1
+
+    def finished(self, slot: _Slot) -> bool:
+        """``slot``'s thread returned; whether it had been abandoned."""
+        with self._lock:
+            slot.done = True
+            self.running -= 1
+            if slot.abandoned:
+                self.stuck -= 1
+            return slot.abandoned
+
+
+USER_THREADS = UserThreads()
 
 
 def blocking_tool_stats() -> dict[str, float]:
-    """Threads running plain tool methods now, and how many of them are stuck (their episode
-    gave up on them by timeout or cancellation, but the call has not returned yet)."""
-    with _threads_lock:
-        return {
-            "env/tool_threads": float(_threads["running"]),
-            "env/stuck_threads": float(_threads["stuck"]),
-        }
+    """Threads running env code now (plain tool methods, envs' own event loops), and how many
+    of them are stuck (their episode gave up on them by timeout or cancellation, but the call
+    has not returned yet)."""
+    return {
+        "env/tool_threads": float(USER_THREADS.running),
+        "env/stuck_threads": float(USER_THREADS.stuck),
+    }
 
 
 async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
@@ -239,16 +301,7 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
     """
     loop = asyncio.get_running_loop()
     fut: asyncio.Future = loop.create_future()
-    state = {"done": False, "abandoned": False}
-    with _threads_lock:
-        if _threads["stuck"] >= MAX_STUCK_THREADS:
-            raise RuntimeError(
-                f"{_threads['stuck']} blocking tool calls are stuck past their timeouts "
-                f"(limit {MAX_STUCK_THREADS}); threads cannot be killed, so no more are "
-                "started: bound the blocking call inside the tool or make the tool async"
-            )
-        _threads["running"] += 1
-        _threads["started"] += 1
+    slot = USER_THREADS.start()
 
     def deliver(ok: bool, value: Any) -> None:
         if not fut.done():
@@ -259,12 +312,8 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
             ok, value = True, fn(**kwargs)
         except BaseException as e:  # delivered to the awaiting episode
             ok, value = False, e
-        with _threads_lock:
-            state["done"] = True
-            _threads["running"] -= 1
-            if state["abandoned"]:
-                _threads["stuck"] -= 1
-                return  # nobody waits any more (the loop may even be closed)
+        if USER_THREADS.finished(slot):
+            return  # nobody waits any more (the loop may even be closed)
         try:
             loop.call_soon_threadsafe(deliver, ok, value)
         except RuntimeError:  # the event loop closed meanwhile
@@ -275,10 +324,7 @@ async def run_blocking(fn: Any, kwargs: dict[str, Any]) -> Any:
     try:
         return await fut
     except asyncio.CancelledError:
-        with _threads_lock:
-            if not state["done"]:
-                state["abandoned"] = True
-                _threads["stuck"] += 1
+        USER_THREADS.abandon(slot)
         raise
 
 

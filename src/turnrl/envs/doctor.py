@@ -13,6 +13,10 @@ Runs scripted agents through a few tasks, with no model, and checks what trainin
   (group advantages compare episodes of one task, which is meaningless if the task moves);
 - ``grade`` never raises, whatever the episode did;
 - how long reset, step and grade take.
+
+Every call into the env, and each scripted agent's ``act``, runs on the env's own event loop
+(:mod:`turnrl.envs.guard`) with at most ``CALL_TIMEOUT_S`` seconds: one that blocks or hangs
+is a failed check naming the call, never a doctor that hangs.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.envs.base import StepResult, ToolEnv
+from turnrl.envs.guard import GuardedEnv, act, guard
 from turnrl.envs.scripted import IdleAgent, RandomToolAgent, ScriptedAgent
 from turnrl.types import RewardResult, Task, ToolCall
 
 NEAR_ZERO = 0.25  # the most a do-nothing or random agent may score (few tasks: 1 lucky in 4)
+CALL_TIMEOUT_S = 30.0  # the most one env call (or agent act) may take here
 
 
 @dataclass
@@ -76,13 +82,13 @@ async def play(
     """Run one episode, recording every breach and exception instead of raising."""
     ep = Episode(task, agent_name)
     try:
-        env = make_env()
+        env = guard(make_env())
     except Exception as e:
         ep.error = f"make_env raised {_exc(e)}"
         return ep
     phase = "reset"
     try:
-        observation = await _timed(ep, "reset", env.reset(task))
+        observation = await _timed(ep, "reset", env.reset(task), env)
         if not isinstance(observation, str):
             ep.problems.append(f"reset returned {type(observation).__name__}, not str")
             observation = str(observation)
@@ -92,14 +98,19 @@ async def play(
         agent = new_agent(env)
         for _ in range(max_turns):
             try:
-                call = agent.act(observation)
+                call = await _limited(
+                    f"the {agent_name} agent's act", act(env, agent, observation), env
+                )
+            except CallTimeout as e:
+                ep.error = str(e)
+                break
             except Exception as e:
                 ep.error = f"the {agent_name} agent raised {_exc(e)}"
                 break
             if call is None:
                 break
             phase = f"step {len(ep.calls) + 1} ({call.name})"
-            step = await _timed(ep, "step", env.step(call))
+            step = await _timed(ep, "step", env.step(call), env)
             ep.problems += _step_problems(step) + _measure_problems(env.measure())
             ep.calls.append(call)
             ep.observations.append(str(getattr(step, "observation", step)))
@@ -108,29 +119,51 @@ async def play(
             observation = ep.observations[-1]
             if step.terminated or step.truncated:
                 break
+    except CallTimeout as e:
+        ep.error = str(e)
     except Exception as e:
         ep.error = f"{phase} raised {_exc(e)}"
+    if isinstance(env, GuardedEnv) and env.stuck_at() is not None:
+        await _limited("close", env.close())  # a call still runs: no grade can run after it
+        return ep
     try:
-        ep.result = await _timed(ep, "grade", env.grade())
+        ep.result = await _timed(ep, "grade", env.grade(), env)
         ep.problems += _result_problems(ep.result)
     except Exception as e:
         ep.grade_error = f"grade raised {_exc(e)} after the {agent_name} agent on {task.id}"
     try:
-        await env.close()
+        await _limited("close", env.close())
     except Exception as e:
         ep.problems.append(f"close raised {_exc(e)}")
     return ep
 
 
-async def _timed(ep: Episode, phase: str, awaitable: Any) -> Any:
+class CallTimeout(Exception):
+    """An env call (or agent act) ran past ``CALL_TIMEOUT_S``."""
+
+
+async def _limited(what: str, awaitable: Any, env: Any = None) -> Any:
+    """``awaitable`` within ``CALL_TIMEOUT_S``; past it, CallTimeout naming ``what`` and where
+    ``env``'s thread is stuck."""
+    try:
+        return await asyncio.wait_for(awaitable, CALL_TIMEOUT_S)
+    except TimeoutError as e:
+        where = env.stuck_at() if isinstance(env, GuardedEnv) else None
+        why = str(e) or (f"its thread is at {where}" if where else "a hang")
+        raise CallTimeout(f"{what} did not return within {CALL_TIMEOUT_S:g} s ({why})") from None
+
+
+async def _timed(ep: Episode, phase: str, awaitable: Any, env: Any = None) -> Any:
     t0 = time.perf_counter()
     try:
-        return await awaitable
+        return await _limited(phase, awaitable, env)
     finally:
         ep.times.setdefault(phase, []).append(time.perf_counter() - t0)
 
 
 def _exc(e: BaseException) -> str:
+    if isinstance(e, CallTimeout):  # it says where the env is stuck
+        return str(e)
     frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     where = f" at {frame.filename.rpartition('/')[2]}:{frame.lineno}" if frame else ""
     return f"{type(e).__name__}: {e}{where}"
@@ -225,8 +258,8 @@ async def check_env(
 
     probe = None
     try:
-        probe = family.make_env()
-        await probe.reset(tasks[0])
+        probe = guard(family.make_env())
+        await _limited("reset", probe.reset(tasks[0]))
         schemas = probe.tool_schemas()
         problems = [p for s in schemas for p in schema_problems(s)]
         names = ", ".join(s.get("function", {}).get("name", "?") for s in schemas)
@@ -242,7 +275,7 @@ async def check_env(
     finally:
         if probe is not None:
             with contextlib.suppress(Exception):  # the episodes below report a raising close
-                await probe.close()
+                await _limited("close", probe.close())
 
     episodes: list[Episode] = []
     expert_eps: list[Episode] = []
@@ -281,7 +314,9 @@ async def check_env(
         Check(
             "grade never raises",
             not grade_errors,
-            grade_errors[0] if grade_errors else f"{len(episodes)} episodes graded, none raised",
+            grade_errors[0]
+            if grade_errors
+            else f"{sum(ep.result is not None for ep in episodes)} episodes graded, none raised",
         )
     )
     if expert_eps:

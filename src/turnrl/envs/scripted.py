@@ -6,13 +6,16 @@ Scripted agents produce demonstrations for the SFT warm start and sanity baselin
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from turnrl.envs.base import ToolEnv
-from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.envs.guard import act, close_limit_s, guard, origin
+from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
 
 class ScriptedAgent(Protocol):
@@ -30,22 +33,48 @@ class ScriptedEpisode:
     observations: list[str] = field(default_factory=list)
     terminated: bool = False
     result: RewardResult | None = None
+    # TIMEOUT or ENV_ERROR when the env or the agent ran past a limit or raised (``error``
+    # says which call, and where); None when the episode ran to its end
+    failed: TerminationReason | None = None
+    error: str | None = None
 
 
 async def run_scripted(
-    env: ToolEnv, task: Task, agent: ScriptedAgent, max_turns: int = 30, grade: bool = True
+    env: ToolEnv,
+    task: Task,
+    agent: ScriptedAgent,
+    max_turns: int = 30,
+    grade: bool = True,
+    timeout_s: float = 300.0,
 ) -> ScriptedEpisode:
     """Play ``agent`` against ``env`` for one episode and grade it (unless ``grade`` is False:
-    demonstrations need the transcript, not the score). Closes the env."""
+    demonstrations need the transcript, not the score). Closes the env. Never raises: an env
+    or agent that raises or runs past ``timeout_s`` (the whole episode) or the env's
+    ``tool_timeout_s`` (one call) ends the episode with ``failed`` and ``error`` set. The
+    env's calls and the agent's run on the env's own event loop (:mod:`turnrl.envs.guard`)."""
+    env = guard(env)
+    deadline = time.monotonic() + timeout_s
+    episode = ScriptedEpisode(task, "", "")
+    phase = "reset"
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        return left
+
     try:
-        first = await env.reset(task)
-        episode = ScriptedEpisode(task, env.instructions, first, env.tool_schemas())
+        first = await asyncio.wait_for(env.reset(task), remaining())
+        episode.instructions, episode.first_message = env.instructions, first
+        episode.tools = env.tool_schemas()
         observation = first
         for _ in range(max_turns):
-            call = agent.act(observation)
+            phase = "the scripted agent's act"
+            call = await asyncio.wait_for(act(env, agent, observation), remaining())
             if call is None:
                 break
-            step = await env.step(call)
+            phase = f"tool '{call.name}'"
+            step = await asyncio.wait_for(env.step(call), remaining())
             episode.calls.append(call)
             episode.observations.append(step.observation)
             observation = step.observation
@@ -53,10 +82,22 @@ async def run_scripted(
                 episode.terminated = step.terminated
                 break
         if grade:
-            episode.result = await env.grade()
-        return episode
+            phase = "grade"
+            episode.result = await asyncio.wait_for(env.grade(), remaining())
+    except asyncio.TimeoutError as e:
+        episode.failed = TerminationReason.TIMEOUT
+        episode.error = str(e) or (
+            f"episode wall-clock limit ({timeout_s:g} s) reached in {phase} (env {env.name})"
+        )
+    except Exception as e:
+        episode.failed = TerminationReason.ENV_ERROR
+        episode.error = f"{type(e).__name__}: {e} ({phase} of env {env.name}, {origin(e)})"
     finally:
-        await env.close()
+        try:
+            await asyncio.wait_for(env.close(), close_limit_s())
+        except Exception as e:
+            episode.error = episode.error or f"close failed: {type(e).__name__}: {e}"
+    return episode
 
 
 class DoNothingAgent:

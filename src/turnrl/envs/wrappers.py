@@ -15,6 +15,10 @@ three of them:
 
 None of them imports rollout code: the subagent is anything with
 ``async run(env, task) -> SubCall``.
+
+Env code runs on the env's own event loop (:mod:`turnrl.envs.guard`): a wrapper is as safe as
+what it wraps (``guarded``), and :class:`DelegatingEnv` guards the env it wraps itself, so its
+``delegate`` tool runs on the caller's loop, where the subagent samples beside the episodes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from turnrl.envs.base import StepResult, ToolEnv, ToolOutput, tool_schema
+from turnrl.envs.guard import act, guard
 from turnrl.envs.scripted import ScriptedAgent, ScriptedEpisode, run_scripted
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
@@ -54,7 +59,16 @@ class EnvWrapper(ToolEnv):
     def unwrapped(self) -> ToolEnv:
         """The innermost env."""
         env = self.env
-        return env.unwrapped if isinstance(env, EnvWrapper) else env
+        return env.unwrapped if hasattr(env, "unwrapped") else env
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the wrapped env's calls run off the caller's event loop (so this one's do)."""
+        return bool(getattr(self.env, "guarded", False))
+
+    async def act(self, agent: ScriptedAgent, observation: str) -> ToolCall | None:
+        """A scripted agent's move, on the wrapped env's loop when it has one."""
+        return await act(self.env, agent, observation)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.env.tool_schemas()
@@ -145,6 +159,14 @@ class SharedStateEnv(ToolEnv):
             "plain text (no tool call)."
         )
 
+    @property
+    def guarded(self) -> bool:
+        """Its one call into env code goes to the parent: as safe as the parent."""
+        return bool(getattr(self.parent, "guarded", False))
+
+    async def act(self, agent: ScriptedAgent, observation: str) -> ToolCall | None:
+        return await act(self.parent, agent, observation)
+
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [s for s in self.parent.tool_schemas() if s["function"]["name"] in self.tools]
 
@@ -178,16 +200,19 @@ def sub_env(env: ToolEnv) -> ToolEnv:
 
 def can_delegate(env: ToolEnv) -> bool:
     """Whether ``env`` gives a subagent somewhere to work."""
-    inner = env.unwrapped if isinstance(env, EnvWrapper) else env
+    inner = getattr(env, "unwrapped", env)
     return type(inner).subagent_env is not ToolEnv.subagent_env or bool(env.subagent_tools)
 
 
 class DelegatingEnv(EnvWrapper):
     """An env with one more tool, ``delegate``, answered by ``subagent``; every call is kept in
-    the grade's ``info["subagent"]``. Everything else is the wrapped env's."""
+    the grade's ``info["subagent"]``. Everything else is the wrapped env's, whose calls run on
+    its own event loop; ``delegate`` runs on the caller's."""
+
+    guarded = True  # type: ignore[assignment]
 
     def __init__(self, env: ToolEnv, subagent: Subagent) -> None:
-        super().__init__(env)
+        super().__init__(guard(env))
         self.subagent = subagent
         self.tools = (*env.tools, "delegate")
         self.calls: list[SubCall] = []
@@ -238,23 +263,30 @@ class ScriptedSubagent:
     """The env's scripted sub-expert as the subagent, for SFT demonstrations: its episodes are
     kept (``episodes``) so the warm start also learns the subagent's side."""
 
-    def __init__(self, expert: Callable[[Task], ScriptedAgent], max_turns: int) -> None:
-        self.expert, self.max_turns = expert, max_turns
+    def __init__(
+        self, expert: Callable[[Task], ScriptedAgent], max_turns: int, timeout_s: float = 300.0
+    ) -> None:
+        self.expert, self.max_turns, self.timeout_s = expert, max_turns, timeout_s
         self.episodes: list[ScriptedEpisode] = []
 
     async def run(self, env: ToolEnv, task: Task) -> SubCall:
         answered = AnswerRecorder(env)
         t0 = time.monotonic()
-        ep = await run_scripted(answered, task, self.expert(task), max_turns=self.max_turns)
-        self.episodes.append(ep)
+        ep = await run_scripted(
+            answered, task, self.expert(task), max_turns=self.max_turns, timeout_s=self.timeout_s
+        )
+        if ep.failed is None:  # a demonstration only when it ran to its end
+            self.episodes.append(ep)
         done = ep.terminated and answered.result is not None
+        reason = ep.failed or (TerminationReason.DONE if done else TerminationReason.MAX_TURNS)
         return SubCall(
-            reason=(TerminationReason.DONE if done else TerminationReason.MAX_TURNS).value,
+            reason=reason.value,
             turns=len(ep.calls),
             tokens=0,
             generated_tokens=0,
             time_s=time.monotonic() - t0,
             answer=answered.result if done else None,
+            error=ep.error,
             success=float(ep.result.success) if ep.result is not None else None,
         )
 

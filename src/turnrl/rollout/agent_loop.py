@@ -36,6 +36,7 @@ from typing import Any
 
 from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
 from turnrl.envs.base import StepResult, ToolEnv
+from turnrl.envs.guard import close_limit_s, guard, origin, watched_loop
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
@@ -75,9 +76,11 @@ class EpisodeLog:
     each turn (its steps' rewards, the state's anchor and measures, malformed calls), how the
     episode ended, the env's grade, closing the env, and the Trajectory it becomes."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, env: str = "env") -> None:
         self.start = time.monotonic()
+        self.timeout_s, self.env = timeout_s, env
         self.deadline = self.start + timeout_s
+        self.phase = "reset"  # what the episode waits on: named when it times out or raises
         self.termination = TerminationReason.MAX_TURNS
         self.error: str | None = None
         self.result: RewardResult | None = None
@@ -95,6 +98,7 @@ class EpisodeLog:
     async def reset(self, env: ToolEnv, task: Task) -> list[dict[str, Any]]:
         """Start the episode under the clock and measure where it starts; the opening
         messages (the env's instructions, then the task statement)."""
+        self.phase = "reset"
         first = await asyncio.wait_for(env.reset(task), self.remaining())
         self.measure(env)
         return [
@@ -106,6 +110,7 @@ class EpisodeLog:
         """Run one tool call under the clock and record it on ``turn``: its reward, the state
         it left (the anchor), and whether the env rejected it as malformed."""
         t0 = time.monotonic()
+        self.phase = f"tool '{call.name}'"
         step = await asyncio.wait_for(env.step(call), self.remaining())
         self.env_time += time.monotonic() - t0
         turn.env_reward += step.reward
@@ -147,21 +152,33 @@ class EpisodeLog:
 
     async def grade(self, env: ToolEnv) -> None:
         """The env's grade of the finished episode (at least a second, even on a spent clock)."""
+        self.phase = "grade"
         self.result = await asyncio.wait_for(env.grade(), max(self.remaining(), 1.0))
 
     def ended(self, termination: TerminationReason, error: str) -> None:
         self.termination, self.error = termination, error
 
     def timed_out(self, message: str = "") -> None:
-        self.ended(TerminationReason.TIMEOUT, message or "episode wall-clock limit reached")
+        """The episode's clock ran out (or one tool call's, whose error is ``message``): the
+        error names the limit and what the episode waited on."""
+        self.ended(
+            TerminationReason.TIMEOUT,
+            message
+            or f"episode wall-clock limit ({self.timeout_s:g} s) reached in {self.phase} "
+            f"(env {self.env})",
+        )
 
     def crashed(self, e: Exception) -> None:
-        """A crashing env ends its episode, never the run."""
-        self.ended(TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}")
+        """A crashing env ends its episode, never the run; the error names the call and the
+        line it came from."""
+        self.ended(
+            TerminationReason.ENV_ERROR,
+            f"{type(e).__name__}: {e} ({self.phase} of env {self.env}, {origin(e)})",
+        )
 
     async def close(self, env: ToolEnv) -> None:
         try:
-            await asyncio.wait_for(env.close(), 30)
+            await asyncio.wait_for(env.close(), close_limit_s())
         except Exception as e:
             self.error = self.error or f"close failed: {type(e).__name__}: {e}"
 
@@ -274,8 +291,11 @@ async def run_episode(
     batcher: GenerationBatcher,
     limits: RolloutLimits,
 ) -> Trajectory:
-    """Play one episode and grade it. Always returns a Trajectory; always closes the env."""
-    log = EpisodeLog(limits.episode_timeout_s)
+    """Play one episode and grade it. Always returns a Trajectory; always closes the env.
+    The env's calls run on its own event loop (:mod:`turnrl.envs.guard`), so one that blocks
+    cannot stop this loop's clocks."""
+    env = guard(env)
+    log = EpisodeLog(limits.episode_timeout_s, env.name)
     remaining = log.remaining
     ep = _Episode()
     turns: list[Turn] = []
@@ -295,11 +315,12 @@ async def run_episode(
                 if asked:
                     summaries += 1
                     remaining()
+                    log.phase = "summary"
                     t0 = time.monotonic()
-                    await _summarize(
+                    await asyncio.wait_for(_summarize(
                         ep, messages, turns, env, renderer, batcher, limits,
                         request.seed * 1000 + 500 + k,
-                    )  # fmt: skip
+                    ), remaining())  # fmt: skip
                     summary_time += time.monotonic() - t0
                 elif limits.context.due(len(ep.context)):
                     _drop_observations(ep, renderer, limits.context.keep_observations)
@@ -308,6 +329,7 @@ async def run_episode(
                     log.termination = TerminationReason.CONTEXT_LIMIT
                     break
                 remaining()
+                log.phase = "generation"
                 gen = await batcher.generate(
                     ep.context, min(limits.max_new_tokens, budget), request.seed * 1000 + k
                 )
@@ -332,6 +354,7 @@ async def run_episode(
                     calls = renderer.parser.parse(action)
                 except ParseError as e:
                     if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
+                        log.phase = "answer"
                         step = await asyncio.wait_for(env.answer(action), remaining())
                         turn.env_reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
@@ -499,7 +522,8 @@ async def in_order(
         async with gate:
             return await play(req)
 
-    return list(await asyncio.gather(*(one(r) for r in requests)))
+    with watched_loop("the loop running the episodes"):
+        return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
 def default_sampling(

@@ -25,6 +25,7 @@ from typing import Any
 
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
+from turnrl.envs.guard import guard
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
 from turnrl.rollout.agent_loop import EpisodeLog, EpisodeRequest, RolloutLimits, in_order
 from turnrl.types import TerminationReason, ToolCall, Trajectory, Turn
@@ -66,7 +67,8 @@ async def run_endpoint_episode(
     """Play one episode with the endpoint as the agent and grade it. Always returns a
     Trajectory; always closes the env."""
     parser = parser or HermesToolCallParser()
-    log = EpisodeLog(limits.episode_timeout_s)
+    env = guard(env)  # its calls on its own event loop: a blocking one cannot stop the clock
+    log = EpisodeLog(limits.episode_timeout_s, env.name)
     remaining = log.remaining
     turns: list[Turn] = []
     messages: list[dict[str, Any]] = []
@@ -81,6 +83,7 @@ async def run_endpoint_episode(
             messages = await log.reset(env, request.task)
             tools = env.tool_schemas()
             for _ in range(limits.max_turns):
+                log.phase = "the endpoint's reply"
                 (reply,) = await asyncio.wait_for(chat.reply(messages, tools=tools), remaining())
                 turn = Turn(0, 0, 0, 0, [], -1)
                 turns.append(turn)

@@ -122,6 +122,11 @@ class RolloutConfig(Strict):
     # of a noisy warm start's mistakes, so before -> after measures less of what RL did
     eval_temperature: float | None = Field(None, ge=0)
     episode_timeout_s: float = Field(300.0, gt=0)
+    # a broken env stops the run (docs/faults.md): when more than this share of a step's
+    # episodes end in env_error or timeout, env_failure_steps steps in a row, training stops
+    # with the first error (1: never); the warm start's expert episodes follow the same share
+    env_failure_share: float = Field(0.5, gt=0, le=1)
+    env_failure_steps: int = Field(3, ge=1)  # steps in a row past env_failure_share: stop
     max_concurrency: int = Field(64, ge=1)
     batch_wait_s: float = Field(0.05, ge=0)
     # when an episode outgrows its context (docs/context.md): truncate (end it with
@@ -186,7 +191,7 @@ class AlgoConfig(Strict):
     norm_tokens: int | None = Field(None, ge=1)
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k3"] = "k3"
-    entropy_coef: float = 0.0
+    entropy_coef: float = Field(0.0, ge=0)  # a bonus for entropy (0: entropy is only logged)
     is_correction: Literal["none", "tis", "decoupled"] = "none"
     is_level: Literal["token", "sequence"] = "token"
     is_mode: Literal["clamp", "mask"] = "clamp"

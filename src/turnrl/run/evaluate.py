@@ -199,13 +199,17 @@ async def evaluate_scripted(
     """Mean true success of a scripted agent: ``baseline`` (do nothing), ``random`` or ``expert``."""
 
     async def one(i: int, task: Task) -> float:
-        if which == "baseline":
-            agent = family.baseline(task)
-        elif which == "random":
-            agent = family.random_agent(task, seed=seed + i)  # type: ignore[attr-defined]
-        else:
-            agent = family.expert(task, seed=seed + i)
-        ep = await run_scripted(family.make_env(), task, agent)
+        try:
+            if which == "baseline":
+                agent = family.baseline(task)
+            elif which == "random":
+                agent = family.random_agent(task, seed=seed + i)  # type: ignore[attr-defined]
+            else:
+                agent = family.expert(task, seed=seed + i)
+            env = family.make_env()
+        except Exception:  # a scripted agent that cannot start scores 0, as a failed episode
+            return 0.0
+        ep = await run_scripted(env, task, agent)  # a failed episode has no result: 0
         return float(ep.result.success) if ep.result else 0.0
 
     gate = asyncio.Semaphore(16)

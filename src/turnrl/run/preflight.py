@@ -20,9 +20,8 @@ import re
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
-
-import torch
 
 from turnrl.envs.registry import (
     Family,
@@ -34,9 +33,14 @@ from turnrl.envs.registry import (
 from turnrl.envs.task_files import check_tasks_source
 from turnrl.rewards.pipeline import load_function
 from turnrl.run.config import ConfigError, TrainConfig, load_config
-from turnrl.run.device import on_cuda
 from turnrl.run.models import MODELS, named_model
 from turnrl.types import Task
+
+if TYPE_CHECKING:
+    pass
+
+# torch is imported where a check needs it (CUDA devices): bad input is answered before the
+# seconds torch and transformers take to load
 
 BUILTIN_MODELS = tuple(MODELS)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name
@@ -155,6 +159,8 @@ def check_device(device: str) -> str | None:
     """What is wrong with ``model.device`` on this machine, or None."""
     if not device.startswith("cuda"):
         return None
+    import torch
+
     if not torch.cuda.is_available():
         return f"model.device: {device} asked for, but no CUDA device is visible"
     index = int(device.partition(":")[2] or 0)
@@ -171,8 +177,6 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
     run needs to travel (``env.name``, ``env.path``, absolute paths) in ``cfg``. ``training``:
     also what only training needs (the scripted expert for SFT, the trainer's processes).
     Raises one ConfigError listing every problem."""
-    from turnrl.train.parallel import launched_world
-
     problems: list[str] = []
 
     def check(fn, *args) -> None:
@@ -231,10 +235,21 @@ def check_machine(cfg: TrainConfig, *, training: bool = True) -> None:
 
         if not vllm_available():
             problems.append(f"rollout.sampler: {NEEDS}")
-    if training:
-        problems += check_trainer(cfg, launched_world())
+    if training:  # torchrun's world (turnrl.train.parallel.launched_world, without its torch)
+        problems += check_trainer(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def run_config(run_dir: Path, overrides: list[str]) -> tuple[TrainConfig, str | None]:
+    """``run_dir``'s saved config with ``overrides``, and a note when its ``model.device`` is
+    not on this machine and was replaced by ``auto`` (no override named a device)."""
+    cfg = load_config(run_dir / "config.yaml", overrides, saved=True)
+    picked = any(o.partition("=")[0] == "model.device" for o in overrides)
+    if picked or check_device(cfg.model.device) is None:
+        return cfg, None
+    saved, cfg.model.device = cfg.model.device, "auto"
+    return cfg, f"note: model.device {saved} (saved by the run) is not on this machine; using auto"
 
 
 def checked_config(
@@ -274,6 +289,8 @@ def resolve_strategy(cfg: TrainConfig, world: int) -> str:
         return "none"
     if s != "auto":
         return s
+    from turnrl.run.device import on_cuda  # torch: only for the auto strategy of a torchrun
+
     return "fsdp2" if on_cuda(cfg) else "ddp"
 
 

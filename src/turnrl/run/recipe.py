@@ -49,6 +49,7 @@ from turnrl.run.rundir import RunDir
 from turnrl.run.sampler import after_update, sampler_of
 from turnrl.train.batch import collate
 from turnrl.train.checkpoint import CheckpointError
+from turnrl.train.failures import BrokenEnv, FailureStop
 from turnrl.train.metrics import (
     Progress,
     ending_warning,
@@ -119,6 +120,8 @@ def train(
     progress = Progress(cfg.steps, start_step, quiet=quiet, log=log)
     held_out = HeldOut(cfg, family, eval_tasks, renderer, sampler, rubric, run, d, log)
     zero_streak = 0
+    r = cfg.rollout
+    failures = FailureStop(family.name, r.env_failure_share, r.env_failure_steps)
 
     # -- the loop -----------------------------------------------------------------------------
     try:
@@ -175,9 +178,10 @@ def train(
             progress.update(step + 1, metrics)
             if warning := ending_warning(trajs, step + 1):
                 log(warning)
+            failures.after_step(trajs, step + 1)  # a broken env: BrokenEnv, after the save
             if held_out.due(step + 1):
                 held_out.run(step + 1, policy.version, model, optimizer)
-    except (KeyboardInterrupt, OSError, CheckpointError) as e:
+    except (KeyboardInterrupt, OSError, CheckpointError, BrokenEnv) as e:
         e.add_note(run.resume_note())
         raise
     # -- cleanup ------------------------------------------------------------------------------
@@ -187,7 +191,11 @@ def train(
         run.close()
         family.close()
         d.close()
-    run.report()
+    try:
+        run.report()
+    except OSError as e:
+        e.add_note(f"all {cfg.steps} steps are saved; rebuild it with: turnrl report {run.path}")
+        raise
     return run.path
 
 
@@ -242,9 +250,11 @@ class HeldOut:
             )
         )
         best = self.rundir.write_eval(step, result.as_metrics("eval"), trajs, self.renderer)
+        timeouts, errors = (result.endings.get(r, 0) for r in ("timeout", "env_error"))
         self.log(
             f"eval @ step {step}: held-out success {result.success:.3f} "
             f"± {result.success_stderr:.3f} over {result.episodes} episodes"
+            + (f" ({timeouts} timeout, {errors} env_error)" if timeouts + errors else "")
         )
         return result.success if step > 0 and result.success > best else None
 

@@ -24,7 +24,9 @@ import torch
 import yaml
 
 from turnrl.chat import ChatRenderer
-from turnrl.run.config import TrainConfig, load_config
+from turnrl.files import create_dir, write_atomic
+from turnrl.run.config import TrainConfig
+from turnrl.run.interrupts import resume_hint
 from turnrl.train.batch import Batch
 from turnrl.train.checkpoint import keep_copy, load_checkpoint, save_checkpoint
 from turnrl.train.export import save_policy, saved_policy, write_policy
@@ -73,11 +75,12 @@ class RunDir:
         self.records: RecordWriter | None = None
         self.wandb: WandbLogger | None = None
         if d.main:
-            self.path.mkdir(parents=True, exist_ok=True)
+            create_dir(self.path)  # a read-only runs_dir: bad input, nothing written (exit 2)
             log(f"run directory: {self.path}  (resume: turnrl train --resume {self.path})")
-            (self.path / "config.yaml").write_text(
-                yaml.safe_dump(cfg.model_dump(), sort_keys=False)
+            write_atomic(
+                self.path / "config.yaml", yaml.safe_dump(cfg.model_dump(), sort_keys=False)
             )
+            resume_hint(f"continue with: turnrl train --resume {self.path}")
 
     def resume(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, critic: Any
@@ -217,19 +220,6 @@ class RunDir:
     def report(self) -> Path | None:
         """``report.html``, the viewer's self-contained export of the run (rank 0)."""
         return export_html([self.path], self.path / "report.html") if self.d.main else None
-
-
-def run_config(run_dir: Path, overrides: list[str]) -> tuple[TrainConfig, str | None]:
-    """``run_dir``'s saved config with ``overrides``, and a note when its ``model.device`` is
-    not on this machine and was replaced by ``auto`` (no override named a device)."""
-    from turnrl.run.preflight import check_device
-
-    cfg = load_config(run_dir / "config.yaml", overrides, saved=True)
-    picked = any(o.partition("=")[0] == "model.device" for o in overrides)
-    if picked or check_device(cfg.model.device) is None:
-        return cfg, None
-    saved, cfg.model.device = cfg.model.device, "auto"
-    return cfg, f"note: model.device {saved} (saved by the run) is not on this machine; using auto"
 
 
 def export_run(run_dir: Path, out: Path, cfg: TrainConfig) -> Path:

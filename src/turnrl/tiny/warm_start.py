@@ -30,10 +30,12 @@ from transformers import LlamaForCausalLM
 
 from turnrl.chat import HermesToolCallParser
 from turnrl.envs.registry import Family, env_fingerprint
-from turnrl.envs.scripted import ScriptedEpisode
+from turnrl.envs.scripted import IdleAgent, ScriptedEpisode, run_scripted
+from turnrl.files import disk_full
 from turnrl.tiny.induction import induction_warmup
 from turnrl.tiny.model import load_tokenizer, tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.tiny.sft import TinyTerms, value_mask
+from turnrl.train.failures import usable_demonstrations
 from turnrl.train.metrics import clock
 from turnrl.train.sft import cache_root, demonstrations, train_demos
 from turnrl.types import Task
@@ -66,9 +68,16 @@ def save_atomic(path: Path, model: torch.nn.Module | None, tok: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    if model is not None:
-        model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    try:
+        if model is not None:
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    except Exception as e:  # a full disk: no half-written folder stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        error = disk_full(path, e)
+        if error is not None:
+            raise error from None
+        raise
     try:
         os.replace(tmp, path)
     except OSError:  # path exists and is not empty
@@ -119,7 +128,14 @@ def _cached_warm_start(
     elif cfg.sft.enabled:
         raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
     else:
-        episodes = first_turns(family, train_tasks[: max(cfg.sft.episodes, 1)])
+        episodes = first_turns(
+            family, train_tasks[: max(cfg.sft.episodes, 1)], cfg.rollout.episode_timeout_s
+        )
+        episodes, left_out = usable_demonstrations(
+            episodes, family.name, cfg.rollout.env_failure_share, what="resets"
+        )
+        if left_out is not None:
+            log(left_out)
         source = f"the first turn of {len(episodes)} tasks (no scripted expert)"
     if (work / "tokenizer" / "tokenizer.json").exists():  # the one the checkpoints' ids use
         tok = load_tokenizer(work / "tokenizer")
@@ -186,25 +202,20 @@ def env_tokenizer(episodes: list[ScriptedEpisode], vocab_size: int):
     return train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=tool_call_tokens(tools))
 
 
-def first_turns(family: Family, tasks: list[Task]) -> list[ScriptedEpisode]:
+def first_turns(family: Family, tasks: list[Task], timeout_s: float) -> list[ScriptedEpisode]:
     """For an env with no scripted expert: reset it on each task and keep what the model
-    reads before its first action (instructions, first message, tool schemas)."""
-
-    async def one(task: Task) -> ScriptedEpisode:
-        env = family.make_env()
-        try:
-            first = await env.reset(task)
-            return ScriptedEpisode(task, env.instructions, first, env.tool_schemas())
-        finally:
-            await env.close()
+    reads before its first action (instructions, first message, tool schemas). A task whose
+    reset fails or runs past ``timeout_s`` is left out."""
 
     async def all_() -> list[ScriptedEpisode]:
         gate = asyncio.Semaphore(16)
 
-        async def gated(task: Task) -> ScriptedEpisode:
+        async def one(task: Task) -> ScriptedEpisode:
             async with gate:
-                return await one(task)
+                return await run_scripted(
+                    family.make_env(), task, IdleAgent(), grade=False, timeout_s=timeout_s
+                )
 
-        return list(await asyncio.gather(*(gated(t) for t in tasks)))
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     return asyncio.run(all_())

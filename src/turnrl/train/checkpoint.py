@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from turnrl.files import discard, free_mib
+
 if TYPE_CHECKING:
     from turnrl.train.parallel import Dist
 
@@ -62,13 +64,16 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     try:
-        torch.save(state, tmp)
-        with open(tmp, "rb") as f:
+        # through a Python file: a full disk is then an OSError saying so (torch's own
+        # writer reports it as "unexpected pos X vs Y")
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
             os.fsync(f.fileno())
-    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
-        tmp.unlink(missing_ok=True)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        discard(tmp)
         raise CheckpointError(path, e) from None
-    os.replace(tmp, path)
 
 
 class CheckpointError(RuntimeError):
@@ -76,12 +81,16 @@ class CheckpointError(RuntimeError):
     ``path`` is untouched."""
 
     def __init__(self, path: Path, cause: BaseException) -> None:
-        free = shutil.disk_usage(path.parent).free / 2**20
-        text = re.sub(r"^\[enforce fail at [^\]]*\][\s.]*", "", str(cause).strip())  # torch's
-        first = text.splitlines()[-1][:200] if text else type(cause).__name__
+        free = free_mib(path)
+        if isinstance(cause, OSError) and cause.strerror:
+            first = cause.strerror  # "No space left on device", "Read-only file system"
+        else:
+            text = re.sub(r"^\[enforce fail at [^\]]*\][\s.]*", "", str(cause).strip())  # torch's
+            first = text.splitlines()[-1][:200] if text else type(cause).__name__
         kept = f"{path.name} is intact" if path.exists() else f"no {path.name} was written yet"
         super().__init__(
-            f"could not write checkpoint {path} ({first}; {free:.0f} MiB free); {kept}"
+            f"could not write checkpoint {path} ({first}; "
+            f"{'?' if free is None else f'{free:.0f}'} MiB free); {kept}"
         )
         self.path = path
 
@@ -94,7 +103,13 @@ def keep_copy(last: Path, step: int, keep: int) -> Path:
     try:
         os.link(last, target)
     except OSError:
-        shutil.copyfile(last, target)
+        tmp = target.with_suffix(".tmp")
+        try:
+            shutil.copyfile(last, tmp)
+            os.replace(tmp, target)
+        except OSError as e:
+            discard(tmp)
+            raise CheckpointError(target, e) from None
     for old in sorted(last.parent.glob("step-*.pt"))[:-keep]:
         old.unlink()
     return target

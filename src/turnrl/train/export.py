@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from turnrl.files import disk_full
 from turnrl.policy.models import model_source
 
 MODEL_DIR = "model"
@@ -63,8 +64,29 @@ def write_policy(
 ) -> Path:
     """Write the policy to ``out`` (merged, if LoRA; its adapters to ``adapter_out``),
     replacing a previous copy only once the new one is complete."""
-    lora = is_lora(model)
     tmp = out.with_name(out.name + ".tmp")
+    try:
+        return _write_policy(tmp, out, model, tokenizer, source, step, adapter_out)
+    except Exception as e:  # a full disk: no half-written copy stays, the old one does
+        shutil.rmtree(tmp, ignore_errors=True)
+        if adapter_out is not None:
+            shutil.rmtree(adapter_out.with_name(adapter_out.name + ".tmp"), ignore_errors=True)
+        error = disk_full(out, e)
+        if error is not None:
+            raise error from None
+        raise
+
+
+def _write_policy(
+    tmp: Path,
+    out: Path,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    source: str,
+    step: int,
+    adapter_out: Path | None,
+) -> Path:
+    lora = is_lora(model)
     shutil.rmtree(tmp, ignore_errors=True)
     if lora:
         base, state = merged_state_dict(model)

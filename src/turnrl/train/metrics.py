@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from turnrl.files import append_jsonl, read_jsonl, rewrite_jsonl, write_atomic, writing
 from turnrl.types import TerminationReason, Trajectory, is_hack
 
 logger = logging.getLogger("turnrl")
@@ -16,32 +16,6 @@ logger = logging.getLogger("turnrl")
 # A step where more than this share of episodes ended in ENV_ERROR or TIMEOUT gets a console
 # warning: such episodes carry no reward signal, and a broken env otherwise trains silently.
 ERROR_WARN_SHARE = 0.1
-
-
-def read_jsonl(path: Path | str) -> list[dict]:
-    """The records of a run's ``metrics.jsonl`` or ``samples.jsonl``; [] if it does not exist.
-
-    These files are append-only, so a crash mid-write leaves at most a torn last line: it is
-    dropped with a warning naming the file. A bad line anywhere else raises ValueError."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    out = []
-    for i, ln in enumerate(lines):
-        try:
-            out.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            if i < len(lines) - 1:
-                raise ValueError(
-                    f"{path}: line {i + 1} is not JSON ({e.msg}); only a torn last line is "
-                    "expected after a crash: remove or fix that line"
-                ) from None
-            logger.warning(
-                f"warning: {path}: dropped a torn last line ({len(ln)} characters, the run "
-                "stopped mid-write)"
-            )
-    return out
 
 
 def ending_warning(trajs: list[Trajectory], step: int) -> str | None:
@@ -108,14 +82,19 @@ def count_resume(run_dir: Path) -> int:
     """Record one more resume of ``run_dir`` (in ``run_dir/resumes``); returns the count, which
     every metrics row carries as ``run/resumes``."""
     path = run_dir / "resumes"
-    n = int(path.read_text() or 0) + 1 if path.exists() else 1
-    path.write_text(f"{n}\n")
+    text = path.read_text().strip() if path.exists() else ""
+    n = int(text) + 1 if text.isdigit() else 1
+    write_atomic(path, f"{n}\n")
     return n
 
 
 class MetricsWriter:
     """Appends one row per training step and per evaluation to ``metrics.jsonl`` (and a few
     sample trajectories to ``samples.jsonl``), mirrored to TensorBoard.
+
+    A row's samples are written before the row, which commits them: a kill in between leaves
+    samples without their row, and a resume drops them, so an evaluation that a kill cut short
+    is run again whole (its metrics and samples together, or neither).
 
     ``resume_step`` is the step of the checkpoint a resumed run starts from (None: a new run).
     Rows after it belong to steps that will be redone and are dropped, so no step is written
@@ -126,13 +105,20 @@ class MetricsWriter:
         self.path = run_dir / "metrics.jsonl"
         self.samples = run_dir / "samples.jsonl"
         self.rows: list[dict] = []
-        for path in (self.path, self.samples):
-            rows = read_jsonl(path) if resume_step else []
-            keep = [r for r in rows if r["step"] <= (resume_step or 0)]
-            if path.exists():
-                path.write_text("".join(json.dumps(r) + "\n" for r in keep))
-            if path == self.path:
-                self.rows = keep
+        if resume_step:
+            self.rows = [r for r in read_jsonl(self.path) if r["step"] <= resume_step]
+            evals = {r["step"] for r in self.rows if "eval/success" in r}
+            kept = [
+                r
+                for r in read_jsonl(self.samples)
+                if r["step"] <= resume_step and (not r.get("eval") or r["step"] in evals)
+            ]
+            rewrite_jsonl(self.path, self.rows)
+            rewrite_jsonl(self.samples, kept)
+        else:
+            for path in (self.path, self.samples):
+                if path.exists():
+                    rewrite_jsonl(path, [])
         from torch.utils.tensorboard import SummaryWriter
 
         self.tb = SummaryWriter(str(run_dir / "tensorboard"))
@@ -147,23 +133,26 @@ class MetricsWriter:
             default=-1.0,
         )
 
-    def write(self, metrics: dict[str, float], samples: list[Trajectory], renderer) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        self.rows.append(metrics)
+    def write(
+        self, metrics: dict[str, float], samples: list[Trajectory], renderer, evaluation=False
+    ) -> None:
         step = int(metrics["step"])
-        for k, v in metrics.items():
-            if k != "step" and isinstance(v, int | float):
-                self.tb.add_scalar(k, v, step)
-        with self.samples.open("a") as f:
-            for t in samples:
-                f.write(json.dumps({"step": step, **sample_record(t, renderer)}) + "\n")
-        self.tb.flush()
+        extra = {"eval": True} if evaluation else {}
+        append_jsonl(
+            self.samples, ({"step": step, **extra, **sample_record(t, renderer)} for t in samples)
+        )
+        append_jsonl(self.path, [metrics])  # the commit: the row and its samples are complete
+        self.rows.append(metrics)
+        with writing(self.path.parent / "tensorboard"):
+            for k, v in metrics.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
 
     def write_eval(
         self, step: int, metrics: dict[str, float], samples: list[Trajectory], renderer
     ) -> None:
-        self.write({"step": step, **metrics}, samples, renderer)
+        self.write({"step": step, **metrics}, samples, renderer, evaluation=True)
 
     def close(self) -> None:
         self.tb.close()

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from turnrl import files
 from turnrl.algo.losses import sequence_logprobs
 from turnrl.chat import ChatRenderer, check_template
+from turnrl.envs.guard import origin
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
 from turnrl.policy.hf import (
@@ -38,9 +40,10 @@ from turnrl.policy.hf import (
     shared_prefix_logits,
 )
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
+from turnrl.train.failures import usable_demonstrations
 from turnrl.train.metrics import PhaseProgress, clock
 from turnrl.train.step import token_logprobs
-from turnrl.types import Task
+from turnrl.types import Task, TerminationReason
 
 if TYPE_CHECKING:
     from turnrl.run.config import TrainConfig
@@ -129,16 +132,23 @@ async def _play(
     seed: int,
     max_turns: int,
     done: Callable[[int], None] | None,
+    timeout_s: float,
 ) -> list[ScriptedEpisode]:
     gate = asyncio.Semaphore(16)
     finished = [0]
 
     async def one(i: int, task: Task) -> ScriptedEpisode:
         async with gate:
-            agent = family.expert(task, seed=seed + i, noise=noise)
-            ep = await run_scripted(
-                family.make_env(), task, agent, max_turns=max_turns, grade=False
-            )
+            try:
+                agent = family.expert(task, seed=seed + i, noise=noise)
+                env = family.make_env()
+            except Exception as e:  # recorded like an env's error: the caller counts them
+                ep = ScriptedEpisode(task, "", "", failed=TerminationReason.ENV_ERROR)
+                ep.error = f"{type(e).__name__}: {e} (the expert's set-up, {origin(e)})"
+            else:
+                ep = await run_scripted(
+                    env, task, agent, max_turns=max_turns, grade=False, timeout_s=timeout_s
+                )
         finished[0] += 1
         if done is not None:
             done(finished[0])
@@ -154,9 +164,12 @@ def play_demonstrations(
     seed: int,
     max_turns: int,
     done: Callable[[int], None] | None = None,
+    timeout_s: float = 300.0,
 ) -> list[ScriptedEpisode]:
-    """One scripted episode per task (in the tasks' order); ``done(n)`` after each finishes."""
-    return asyncio.run(_play(family, tasks, noise, seed, max_turns, done))
+    """One scripted episode per task (in the tasks' order); ``done(n)`` after each finishes.
+    Never raises for an env or expert that fails: such an episode has ``failed`` and ``error``
+    set (``timeout_s`` caps each episode, the env's ``tool_timeout_s`` each call)."""
+    return asyncio.run(_play(family, tasks, noise, seed, max_turns, done, timeout_s))
 
 
 def episode_messages(ep: ScriptedEpisode, renderer: ChatRenderer) -> list[dict]:
@@ -393,9 +406,18 @@ def demonstrations(
     tasks = [rng.choice(train_tasks) for _ in range(n)]
     t0, progress = time.monotonic(), PhaseProgress("episode", n, say)
     episodes = play_demonstrations(
-        family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns, done=progress.update
+        family,
+        tasks,
+        cfg.sft.noise,
+        cfg.seed,
+        cfg.rollout.max_turns,
+        done=progress.update,
+        timeout_s=cfg.rollout.episode_timeout_s,
     )
     say(f"warm start: {n} episodes played in {clock(time.monotonic() - t0)}")
+    episodes, left_out = usable_demonstrations(episodes, family.name, cfg.rollout.env_failure_share)
+    if left_out is not None:
+        say(left_out)
     # with a subagent, the sub-episodes its scripted expert played teach that side too
     episodes = episodes + getattr(family, "sub_demonstrations", list)()
     if saved is not None:
@@ -409,14 +431,9 @@ def demonstrations(
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write-then-rename: a kill leaves the old file or none, never a torn one."""
+    """Write-then-rename (:func:`turnrl.files.write_atomic`), creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    files.write_atomic(path, data)
 
 
 def render_demos(

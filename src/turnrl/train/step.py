@@ -412,13 +412,17 @@ def train_on_batch(
     value_mask = None
     if critic is not None:
         value_mask = batch.turn_mask * adv.valid.unsqueeze(-1).to(batch.turn_mask.dtype)  # [B, K]
-    # Rows whose advantages are all 0 add no policy gradient; without KL/entropy/value terms they
-    # are left out (as DAPO's dynamic sampling does), which on CPU halves the work of a step.
+    # Rows whose advantages are all 0 add nothing to the policy term's loss or gradient; without
+    # KL/entropy/value terms they are not computed, which on CPU halves the work of a step. They
+    # stay in the minibatches and their normalisers, so the gradient is the one of every row
+    # (leaving them out would scale the others' up; docs/math.md, "Normalisers").
+    in_loss = adv.loss_mask.sum(-1) > 0  # [B]
     has_signal = (adv.tokens.abs() * adv.loss_mask).sum(-1) > 0  # [B]
     signal = bool(has_signal.any())
     if a.kl_coef > 0 or a.entropy_coef > 0 or critic is not None:
-        has_signal = adv.loss_mask.sum(-1) > 0
-    rows = has_signal.nonzero().flatten()
+        has_signal = in_loss
+    rows = has_signal.nonzero().flatten()  # the rows computed
+    loss_rows = in_loss.nonzero().flatten()  # the rows the minibatches are drawn from
     row_ids = torch.arange(len(batch.episode_row), device=batch.episode_row.device)
     first_rows = batch.episode_row == row_ids  # [B] one row per episode
     out: dict[str, float] = {
@@ -448,15 +452,18 @@ def train_on_batch(
     outside = list(critic.parameters()) if critic is not None else []  # not in DDP/FSDP2
     model.train()
     for epoch in range(cfg.optim.epochs):
-        perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
+        perm = loss_rows[torch.randperm(len(loss_rows), generator=gen).to(rows.device)]
         for mb in perm.split(cfg.optim.minibatch_size):
-            optimizer.zero_grad(set_to_none=True)
             # a group's rows side by side, so a micro-batch shares its prompt (trunk_hidden);
             # the minibatch loss is a sum over its rows, so their order does not change it
             mb = mb[torch.argsort(batch.group_index[mb] * len(lengths) + mb)]
             totals = minibatch_totals(
                 adv.loss_mask[mb], None if value_mask is None else value_mask[mb]
             )
+            mb = mb[has_signal[mb]]  # the rows with a gradient; the others count in ``totals``
+            if len(mb) == 0:  # a gradient of 0: no optimizer step
+                continue
+            optimizer.zero_grad(set_to_none=True)
             # Each rank's share of the rows, cut into micro-batches; every rank runs as many
             # passes as the busiest one (the extra ones of weight 0), and weighs its loss by the
             # world size, so the ranks' averaged gradients are the whole minibatch's.
@@ -572,10 +579,11 @@ def train_on_batch(
 
 
 def make_critic(cfg: TrainConfig, model: torch.nn.Module) -> TurnCritic | None:
-    """``gae_turn``'s critic: a linear value head on the policy's own trunk (see docs/math.md)."""
+    """``gae_turn``'s critic: a linear value head on the policy's own trunk (see docs/math.md),
+    on the device the policy was placed on (kept in float32: hidden states are cast to it)."""
     if cfg.algo.advantage != "gae_turn":
         return None
-    return TurnCritic.sharing(model)
+    return TurnCritic.sharing(model).to(next(model.parameters()).device)
 
 
 def zero_reward_streak(streak: int, trajs: list[Trajectory], log: Log, every: int = 3) -> int:

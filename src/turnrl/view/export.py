@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from turnrl.files import write_atomic
 from turnrl.view.data import run_summary
 from turnrl.view.records import read_step, record_steps
 
@@ -87,7 +88,5 @@ def export_html(runs: list[Path], out: Path, records_mb: float = 4.0) -> Path:
     }
     page = render_page(", ".join(r.name for r in runs), data)
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(out, page)  # a full disk names the file and leaves no temporary one
     return out

@@ -18,8 +18,6 @@ trainer skipped (all-zero advantages), or every per-token value the trainer did 
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +26,7 @@ from typing import Any
 
 import torch
 
+from turnrl.files import append_jsonl, read_gz_jsonl, read_jsonl, rewrite_jsonl, write_gz_jsonl
 from turnrl.types import Trajectory
 
 RECORDS_DIR = "trajectories"
@@ -49,12 +48,12 @@ def record_steps(run_dir: Path) -> list[int]:
 
 
 def read_step(run_dir: Path, step: int) -> list[dict]:
-    """The records of one step; [] when it has none (never recorded, or thinned away)."""
+    """The records of one step; [] when it has none (never recorded, or thinned away). A file
+    cut short gives the records before the cut (:func:`turnrl.files.read_gz_jsonl`)."""
     path = step_file(run_dir, step)
     if not path.exists():
         return []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_gz_jsonl(path)
 
 
 def choose(trajs: list[Trajectory], groups: int) -> list[int]:
@@ -189,12 +188,8 @@ class RecordWriter:
             if step > truncate_from:
                 step_file(run_dir, step).unlink()
         if self.episodes.exists():
-            keep = [
-                ln
-                for ln in self.episodes.read_text().splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= truncate_from
-            ]
-            self.episodes.write_text("".join(k + "\n" for k in keep))
+            keep = [r for r in read_jsonl(self.episodes) if r["step"] <= truncate_from]
+            rewrite_jsonl(self.episodes, keep)
 
     def token_text(self, token_id: int) -> str:
         if token_id not in self._text:
@@ -222,13 +217,14 @@ class RecordWriter:
             for i in chosen
         ]
         if records:
-            with gzip.open(step_file(self.folder.parent, step), "wt", encoding="utf-8") as f:
-                for rec in records:
-                    f.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")
+            write_gz_jsonl(step_file(self.folder.parent, step), records)
             thin(self.folder, self.max_bytes)
         recorded = set(chosen)
-        with self.episodes.open("a") as f:
-            for i, t in enumerate(trajs):
-                row = episode_row(t, i, step, self.tiers.get(t.task_id), i in recorded)
-                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        append_jsonl(
+            self.episodes,
+            (
+                episode_row(t, i, step, self.tiers.get(t.task_id), i in recorded)
+                for i, t in enumerate(trajs)
+            ),
+        )
         return records
