@@ -212,7 +212,7 @@ def unsupported(cfg: TrainConfig) -> list[str]:
 
 
 def with_settings(cfg: TrainConfig, **changes: Any) -> TrainConfig:
-    """``cfg`` with dotted-path changes, validated again."""
+    """``cfg`` with changes, validated again; ``__`` in a key nests (``model__name=...``)."""
     top: dict[str, Any] = {}
     for key, value in changes.items():
         node = top
@@ -481,10 +481,19 @@ def trl_tokenizer(start: str, renderer: ChatRenderer):
 
 
 def check_same_tokens(tok, renderer: ChatRenderer, rows: Rows) -> None:
-    """TRL's prompts and tool results must be the tokens turnrl feeds the model."""
+    """Each TRL prompt, rendered as TRL renders it (with the row's tool methods), must be the
+    tokens turnrl's agent loop starts the episode with."""
+    tools = {
+        key: [f for name, f in vars(cls).items() if inspect.isfunction(f)]
+        for key, cls in rows.classes.items()
+    }
     for row, ids in zip(rows.rows, rows.prompt_ids):
         trl_ids = tok.apply_chat_template(
-            row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+            row["prompt"],
+            tools=tools[row["environment"]],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
         )
         if list(trl_ids) != list(ids):
             raise SystemExit(
