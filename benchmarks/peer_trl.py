@@ -10,7 +10,9 @@ sampling seed) at the same step counts. It writes one plot and one table:
     OUT/peer_trl.json   every figure, the settings, versions and machine load
 
 The target of issue 41: turnrl reaches TRL's final held-out success in at most half of TRL's
-training time (ratio <= 0.5).
+training time (ratio <= 0.5). turnrl's time to reach it is its training time at the first
+checkpoint scoring at least TRL's final success (so, at checkpoint granularity, an upper
+bound); when TRL's final success is no better than the start there is no ratio.
 
 Install TRL (an optional extra used by this benchmark alone; the lock keeps torch and
 transformers where they are):
@@ -26,7 +28,9 @@ Run it on a recipe or config (key=value overrides as for ``turnrl train``):
 Without ``--start`` the start is made by turnrl's warm start (``turnrl train ... steps=0``, the
 recipe's ``sft`` section) into ``OUT/warm-start``, and reused from there by later runs with the
 same config; a recipe without SFT starts both sides from ``model.name`` itself. ``--eval-every
-K`` (default: the config's ``eval_every``, else steps/4) sets the checkpoint steps.
+K`` (default: the config's ``eval_every``, else steps/4) sets the checkpoint steps. ``--sides
+trl`` (or ``turnrl``) runs one side; with ``--sides trl`` the table still compares when OUT holds
+a finished turnrl side of the same config.
 
 What is the same on both sides
 ------------------------------
@@ -52,7 +56,9 @@ What is the same on both sides
   ``algo.eps_low``/``algo.eps_high``, KL coefficient ``algo.kl_coef`` (k3 on both),
   token or sequence ratios (``algo.ratio_level``).
 - Hardware and threads: one process, ``threads`` torch threads, the CPU in float32 (TRL's CPU
-  settings: ``use_cpu``, no vLLM, bf16 off).
+  settings: ``use_cpu``, no vLLM, bf16 off); activation checkpointing as
+  ``optim.gradient_checkpointing`` says (TRL's own default is on: it would recompute every
+  forward pass to save memory that turnrl's side does not save).
 
 Where the two setups differ (and cannot be made identical)
 ----------------------------------------------------------
@@ -292,6 +298,21 @@ def run_turnrl(cfg: TrainConfig) -> list[Point]:
     run = Path(cfg.runs_dir) / cfg.name
     shutil.rmtree(run, ignore_errors=True)
     train(cfg, quiet=True, log=lambda line: log(f"[turnrl] {line}"))
+    return turnrl_points(run)
+
+
+def finished_turnrl(cfg: TrainConfig) -> list[Point]:
+    """The turnrl side of an earlier run of this config in OUT (``--sides trl``), or none."""
+    run = Path(cfg.runs_dir) / cfg.name
+    saved = run / "config.yaml"
+    if not saved.is_file() or yaml.safe_load(saved.read_text()) != cfg.model_dump(mode="json"):
+        return []
+    points = turnrl_points(run)
+    return points if max((p.step for p in points), default=-1) == cfg.steps else []
+
+
+def turnrl_points(run: Path) -> list[Point]:
+    """Held-out evals from a run's metrics.jsonl, each at the sum of the step times before."""
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     elapsed, clock = 0.0, {0: 0.0}
     for r in rows:
@@ -544,7 +565,8 @@ def trl_args(cfg: TrainConfig, out: Path, max_completion: int):
         weight_decay=o.weight_decay,
         max_grad_norm=o.grad_clip,
         optim="adamw_torch",
-        **({"gradient_checkpointing": True} if o.gradient_checkpointing else {}),
+        # TRL turns activation checkpointing on by default; both sides follow the config
+        activation_checkpointing=o.gradient_checkpointing,
         temperature=r.temperature,
         top_p=r.top_p,
         top_k=0,
@@ -809,9 +831,12 @@ def main() -> None:
     start = start_model(cfg, out, args.start)
     log(f"start: {start}; checkpoints at steps {steps}")
     points: list[Point] = []
+    turnrl_cfg = rl_config(cfg, start, out, steps, "turnrl")
     if "turnrl" in sides:
-        points += run_turnrl(rl_config(cfg, start, out, steps, "turnrl"))
+        points += run_turnrl(turnrl_cfg)
         gc.collect()  # its model and optimizer, before TRL loads its own
+    elif points := finished_turnrl(turnrl_cfg):
+        log(f"turnrl: the finished run in {out / 'turnrl'} (same config)")
     if "trl" in sides:
         points += run_trl(rl_config(cfg, start, out, steps, "trl"), start, out / "trl", steps)
     r = cfg.rollout
