@@ -8,6 +8,8 @@ sampling seed) at the same step counts. It writes one plot and one table:
     OUT/peer_trl.png    held-out success against training wall-clock, both sides
     OUT/peer_trl.md     the table, the time turnrl needs to reach TRL's final success, the ratio
     OUT/peer_trl.json   every figure, the settings, versions and machine load
+    OUT/turnrl/         the turnrl run (metrics.jsonl, trajectories for ``turnrl view``)
+    OUT/trl/log_history.json   TRL's per-step logs (reward, tool calls, completion lengths)
 
 The target of issue 41: turnrl reaches TRL's final held-out success in at most half of TRL's
 training time (ratio <= 0.5). turnrl's time to reach it is its training time at the first
@@ -677,6 +679,8 @@ def run_trl(cfg: TrainConfig, start: str, out: Path, steps: list[int]) -> list[P
         f"{trainer.args.max_steps} optimizer steps, tool sets {sorted(rows.classes)}"
     )
     trainer.train()
+    # TRL's per-step logs (rewards, tool calls and failures, completion lengths) for diagnosis
+    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
     family.close()
     del trainer, model
     points = []
