@@ -70,6 +70,9 @@ Where the two setups differ (and cannot be made identical)
   after the env ended the episode (TRL shows the refusal as the tool's error, the pattern of
   TRL's own environment examples), so the env's state, and its grade, are those turnrl would see;
   but TRL samples and trains those extra turns, and turnrl does not.
+- Reward: turnrl decides it with the run's rubric (the env's grade and the rule screeners that
+  zero a flagged episode, ``reward.*``); TRL's is the env's grade alone. On the tools env the
+  screeners (test edits, exit calls, grader access) have nothing to flag.
 - A reply with no tool call ends a TRL rollout; turnrl shows the model a format error and goes
   on (until ``rollout.max_parse_errors``). A call to an unknown tool is TRL's own error text.
 - Truncations: with ``algo.truncation=zero`` an episode the env did not end scores 0 on both
@@ -205,6 +208,8 @@ def unsupported(cfg: TrainConfig) -> list[str]:
         out.append("algo.dual_clip/algo.entropy_coef: not compared")
     if a.kl_coef > 0 and a.kl_estimator != "k3":
         out.append("algo.kl_estimator: TRL's KL is k3")
+    if cfg.reward.functions or cfg.reward.grade_weight != 1.0:
+        out.append("reward.functions/reward.grade_weight: the TRL side rewards the env's grade")
     if cfg.model.name == "tiny":
         out.append("model.name=tiny: the tiny model has no chat template TRL can use")
     batch = r.tasks_per_step * r.group_size
