@@ -27,20 +27,23 @@ from pathlib import Path
 import torch
 
 from turnrl.chat import ChatRenderer, HermesToolCallParser
-from turnrl.distributed.latency import LatencyFamily
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
 from turnrl.rollout.async_rollout import AsyncRollouts
+from turnrl.rollout.latency import LatencyFamily
+from turnrl.rollout.source import SyncRollouts
+from turnrl.rollout.source import sample_requests as requests_of
+from turnrl.run.build import build_model, limits_of
+from turnrl.run.build import sampling_of as _sampling
+from turnrl.run.config import load_config
+from turnrl.run.evaluate import evaluate_policy
 from turnrl.train.batch import collate
-from turnrl.train.config import load_config
-from turnrl.train.evaluate import evaluate_policy
-from turnrl.train.loop import _sampling, limits_of, rollout, sample_requests
-from turnrl.train.setup import build_model
 from turnrl.train.step import train_on_batch
 
 BANDIT = [
     "name=bench",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "rollout.tasks_per_step=4",
@@ -62,6 +65,21 @@ BANDIT = [
     "tiny.layers=2",
     "seed=1",
 ]
+
+
+def sample_requests(cfg, tasks, step):
+    r = cfg.rollout
+    return requests_of(tasks, step, cfg.seed, r.tasks_per_step, r.group_size)
+
+
+def rollout(cfg, family, requests, renderer, policy, params):
+    """One synchronous step's episodes (what a sync run's rollout source does)."""
+    r = cfg.rollout
+    sync = SyncRollouts(
+        lambda step: requests, family.make_env, renderer, policy, params, limits_of(cfg),
+        max_concurrency=r.max_concurrency, batch_wait_s=r.batch_wait_s,
+    )  # fmt: skip
+    return sync.get_batch(0)[0]
 
 
 def train_run(mode, cfg, family, tasks, model, renderer, pad_id, args) -> tuple[float, dict]:

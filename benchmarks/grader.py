@@ -8,7 +8,7 @@ both see the same machine load. Each round grades ``--tasks`` tasks x ``--group`
 ``--concurrency`` at a time, each env with no shared run cache. Reported: wall-clock seconds
 of grading per episode (total time / episodes) and the mean latency of one ``grade()``.
 
-    .venv/bin/python benchmarks/grader.py [--ref main] [--rounds 3] [--tasks 4] [--group 8]
+    .venv/bin/python benchmarks/grader.py [--ref main] [--rounds 3] [--tasks 4] [--group 8] [--spread]
 
 A task's first grading in a process also records the hidden tests' calls on the gold solution
 (one pytest run, kept for the process's later gradings of it): with groups of 8, one in eight
@@ -32,11 +32,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-async def _episodes(n_tasks: int, group: int, concurrency: int) -> dict[str, float]:
+async def _episodes(n_tasks: int, group: int, concurrency: int, spread: bool) -> dict[str, float]:
     from turnrl.envs.code import CodeEnv
     from turnrl.envs.code.tasks import load_tasks
 
-    tasks = [t for t in load_tasks("train") if t.payload.get("tier") == 1][:n_tasks]
+    tasks = [t for t in load_tasks("train") if t.payload.get("tier") == 1]
+    if spread:  # one task per module: no task shares another's recording run
+        tasks = list({t.payload["module"]: t for t in reversed(tasks)}.values())[::-1]
+    tasks = tasks[:n_tasks]
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     successes = 0
@@ -63,7 +66,7 @@ async def _episodes(n_tasks: int, group: int, concurrency: int) -> dict[str, flo
 
 
 def _worker(args: argparse.Namespace) -> None:
-    out = asyncio.run(_episodes(args.tasks, args.group, args.concurrency))
+    out = asyncio.run(_episodes(args.tasks, args.group, args.concurrency, args.spread))
     print(json.dumps(out))
 
 
@@ -83,6 +86,9 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)  # the trainer's default group_size
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument(
+        "--spread", action="store_true", help="tasks of different modules (default: the first)"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -96,6 +102,7 @@ def main() -> None:
                 env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
                 cmd = [sys.executable, __file__, "--worker", "--tasks", str(args.tasks)]
                 cmd += ["--group", str(args.group), "--concurrency", str(args.concurrency)]
+                cmd += ["--spread"] if args.spread else []
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 last = runs[label][-1]
@@ -106,7 +113,11 @@ def main() -> None:
                 )
     per = {k: sum(x["wall"] for x in v) / sum(x["episodes"] for x in v) for k, v in runs.items()}
     lat = {k: statistics.mean(x["latency"] for x in v) for k, v in runs.items()}
-    print(f"tier 1, {args.tasks} tasks x {args.group} episodes x {args.rounds} rounds per variant")
+    where = "of different modules" if args.spread else "(the first)"
+    print(
+        f"tier 1, {args.tasks} tasks {where} x {args.group} episodes x {args.rounds} rounds "
+        "per variant"
+    )
     print(f"before ({args.ref}): {per['before']:.3f} s/episode, latency {lat['before']:.2f} s")
     print(f"after  (this tree): {per['after']:.3f} s/episode, latency {lat['after']:.2f} s")
     print(f"ratio after / before: {per['after'] / per['before']:.2f} (s/episode)")

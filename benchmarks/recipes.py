@@ -2,9 +2,12 @@
 
 Each run is ``turnrl train --quiet recipe=NAME seed=S`` in a fresh process with
 ``TURNRL_CACHE`` set to a new empty folder, so it pays the whole warm start as on a fresh
-clone. Before and after are the run's own held-out evals (step 0 and the last step, read from
-its metrics.jsonl); wall time is the whole command, CPU time the run's processes' user + system
-seconds (unchanged when runs share the cores). Over seeds it prints the mean and the
+clone. Before and after are the run's own held-out evals (step 0, after the warm start, and the
+last step, read from its metrics.jsonl); wall time is the whole command, CPU time the run's
+processes' user + system seconds (unchanged when runs share the cores). For a recipe on a
+pretrained model the base model (no warm start, no RL) is also scored on the same held-out
+episodes first, by ``turnrl eval MODEL recipe=NAME seed=S`` in its own process, timed apart
+from the run. Over seeds it prints the mean and the
 sample standard deviation (never the best run), with each seed's figures, the versions and the
 machine. Runs go one after another: each uses the cores the recipe's ``threads`` asks for.
 To share 2 cores between two lists, start two copies with ``--set threads=1``; wall times then
@@ -33,7 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from turnrl.train.config import recipe_names
+from turnrl.run.config import load_config, recipe_names
+from turnrl.run.models import named_model
 
 # --quick: the same code path at smoke-test size (minutes become seconds); not a figure
 QUICK = [
@@ -89,6 +93,44 @@ def run_recipe(recipe: str, seed: int, overrides: list[str], workdir: Path) -> d
     }
 
 
+def base_success(recipe: str, seed: int, overrides: list[str], workdir: Path) -> dict | None:
+    """The recipe's model before any training, on the run's held-out episodes (same tasks,
+    same sampling seed); None for a model built from scratch (it has no base to score)."""
+    cfg = load_config(None, [f"recipe={recipe}", *overrides])
+    if named_model(cfg.model.name).from_scratch:
+        return None
+    out = workdir / f"{recipe}-s{seed}-base.json"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from turnrl.cli import main; main()",
+        "eval",
+        cfg.model.name,
+        f"recipe={recipe}",
+        f"seed={seed}",
+        f"runs_dir={workdir / 'runs'}",
+        *overrides,
+        "--no-baselines",
+        "--out",
+        str(out),
+    ]
+    log = workdir / f"{recipe}-s{seed}-base.log"
+    t0, cpu0 = time.monotonic(), cpu_seconds()
+    with log.open("w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log.read_text().splitlines()[-15:]
+        raise RuntimeError(
+            f"base eval of {recipe} exited {proc.returncode}; log {log}:\n" + "\n".join(tail)
+        )
+    result = json.loads(out.read_text())
+    return {
+        "success": result["success"],
+        "wall_s": time.monotonic() - t0,
+        "cpu_s": cpu_seconds() - cpu0,
+    }
+
+
 def cpu_seconds() -> float:
     """User + system seconds of every finished child process (and theirs) so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -103,8 +145,10 @@ def spread(values: list[float]) -> tuple[float, float]:
 def summary(recipe: str, runs: list[dict]) -> dict:
     before, after = spread([r["before"] for r in runs]), spread([r["after"] for r in runs])
     gains = [r["after"] - r["before"] for r in runs]
+    bases = [r["base"] for r in runs if r.get("base") is not None]
     return {
         "recipe": recipe,
+        "base": spread(bases) if bases else None,
         "seeds": [r["seed"] for r in runs],
         "eval_episodes": runs[0]["eval_episodes"],
         "before": before,
@@ -166,10 +210,15 @@ def main() -> None:
     for recipe in names:
         runs = []
         for seed in range(args.seeds):
+            base = base_success(recipe, seed, overrides, workdir)
             r = run_recipe(recipe, seed, overrides, workdir)
+            r["base"] = None if base is None else base["success"]
+            r["base_eval"] = base
             runs.append(r)
+            base_text = "" if base is None else f"base {100 * base['success']:5.1f} %, warm start "
             print(
-                f"{recipe:22s} seed {seed}: {100 * r['before']:5.1f} -> {100 * r['after']:5.1f} % "
+                f"{recipe:22s} seed {seed}: {base_text}"
+                f"{100 * r['before']:5.1f} -> {100 * r['after']:5.1f} % "
                 f"on {r['eval_episodes']} held-out episodes in {r['wall_s'] / 60:.1f} min "
                 f"(CPU {r['cpu_s'] / 60:.1f} min)",
                 flush=True,
@@ -177,8 +226,9 @@ def main() -> None:
         results += runs
         s = summary(recipe, runs)
         summaries.append(s)
+        base_text = "" if s["base"] is None else f"base {fmt(s['base'])}, warm start "
         print(
-            f"{recipe:22s} mean ± sd over {len(runs)} seeds: {fmt(s['before'])} -> "
+            f"{recipe:22s} mean ± sd over {len(runs)} seeds: {base_text}{fmt(s['before'])} -> "
             f"{fmt(s['after'])} % (gain {fmt(s['gain'])}"
             f"{'' if s['gain_holds'] else ', NOT on every seed'}), "
             f"wall {fmt(s['wall_s'], pct=False)} min, CPU {fmt(s['cpu_s'], pct=False)} min",
@@ -186,14 +236,15 @@ def main() -> None:
         )
     if args.markdown:
         print(
-            "\n| recipe | held-out episodes | before (%) | after (%) | gain (points) | wall (min) "
-            "| CPU (min) |"
+            "\n| recipe | held-out episodes | base model (%) | before RL (%) | after RL (%) "
+            "| gain (points) | wall (min) | CPU (min) |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for s in summaries:
             holds = "" if s["gain_holds"] else " (not on every seed)"
+            base = "–" if s["base"] is None else fmt(s["base"])
             print(
-                f"| {s['recipe']} | {s['eval_episodes']} | {fmt(s['before'])} | "
+                f"| {s['recipe']} | {s['eval_episodes']} | {base} | {fmt(s['before'])} | "
                 f"{fmt(s['after'])} | {fmt(s['gain'])}{holds} | {fmt(s['wall_s'], pct=False)} | "
                 f"{fmt(s['cpu_s'], pct=False)} |"
             )

@@ -3,7 +3,7 @@
 Each run is the real CLI, ``torchrun --nproc_per_node N -m turnrl train``, on the same config:
 the guess bandit (one turn) with a tiny model, ``--tasks`` task groups of ``--group`` episodes
 per step. With N processes each rank rolls out 1/N of the groups and trains on 1/N of every
-minibatch's rows (``turnrl.train.distributed``), so the ideal ratio is N where N free cores or
+minibatch's rows (``turnrl.train.parallel``), so the ideal ratio is N where N free cores or
 GPUs exist. A step's time is the loop's own ``time/rollout_s + time/train_s`` (rank 0's), the
 first step left out as warm-up; process start, the warm start and evaluation are not counted.
 
@@ -36,6 +36,7 @@ def config(args: argparse.Namespace, nproc: int, runs: Path) -> list[str]:
         f"runs_dir={runs}",
         f"name=n{nproc}",
         f"steps={args.steps + 1}",
+        "model.name=tiny",
         "env.name=guess",
         "env.options={low: 1, high: 8, secret: 5}",
         "env.eval_tasks=2",

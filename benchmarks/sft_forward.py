@@ -21,10 +21,10 @@ from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.hf import packed_logits, pad_right, shared_prefix_logits
 from turnrl.policy.models import turn_end_token
+from turnrl.run import build as setup
+from turnrl.run.config import load_config
 from turnrl.tiny.model import tiny_model
 from turnrl.tiny.warm_start import env_tokenizer
-from turnrl.train import setup
-from turnrl.train.config import load_config
 from turnrl.train.sft import batch_logits, render_demo
 
 

@@ -1,6 +1,6 @@
 """Soak test: a long tiny run with faults injected at random, then an audit of what it wrote.
 
-The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``distributed.backend=ray``),
+The run is ``guess-tiny`` with small steps, rollouts on Ray workers (``rollout.workers=ray``),
 so all four kinds of fault have something to hit. Training episodes are chosen at random (seeded)
 to carry a fault that fires at their first tool call:
 
@@ -52,10 +52,10 @@ STEPS_ARGS = [
     "threads=1",
     "optim.minibatch_size=8",
     "optim.micro_batch_size=8",
-    "distributed.backend=ray",
-    "distributed.num_workers=2",
-    "distributed.max_retries=2",
-    "distributed.max_replacements=1000",
+    "rollout.workers=ray",
+    "ray.num_workers=2",
+    "ray.max_retries=2",
+    "ray.max_replacements=1000",
     "max_staleness=0",
 ]
 HANG_S = 7.0  # past the episode timeout
@@ -122,9 +122,10 @@ def faulty_family(options: dict, log_path: str, driver: int):
 
 
 def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
-    import turnrl.train.loop as loop
-    from turnrl.distributed.ray_workers import WorkerSpec
-    from turnrl.train.config import load_config
+    import turnrl.run.build as build
+    import turnrl.run.recipe as loop
+    from turnrl.rollout.ray_workers import WorkerSpec
+    from turnrl.run.config import load_config
 
     log_path = str(run_dir.parent / "faults.jsonl")
     driver = os.getpid()
@@ -135,17 +136,17 @@ def child(run_dir: Path, resume: bool, seed: int, steps: int) -> None:
         )
 
     WorkerSpec.for_env = staticmethod(for_env)
-    plain = loop.sample_requests
+    plain = build.sample_requests
 
-    def sample_requests(cfg, tasks, step):
-        requests = plain(cfg, tasks, step)
+    def sample_requests(tasks, step, seed, tasks_per_step, group_size):
+        requests = plain(tasks, step, seed, tasks_per_step, group_size)
         for i, (req, kind) in enumerate(zip(requests, fault_plan(seed, step, len(requests)))):
             if kind is not None:
                 payload = {**req.task.payload, "fault": (kind, f"{step + 1}-{i}")}
                 req.task = dataclasses.replace(req.task, payload=payload)
         return requests
 
-    loop.sample_requests = sample_requests
+    build.sample_requests = sample_requests
     args = [*STEPS_ARGS, f"steps={steps}", f"runs_dir={run_dir.parent}"]
     if resume:
         cfg = load_config(run_dir / "config.yaml")
@@ -164,7 +165,7 @@ def training_rows(mfile: Path) -> int:
 
 
 def audit(run_dir: Path, steps: int, launches: list[int], kills: int) -> tuple[dict, list[str]]:
-    from turnrl.train.config import load_config
+    from turnrl.run.config import load_config
     from turnrl.train.metrics import read_jsonl
 
     cfg = load_config(run_dir / "config.yaml")

@@ -87,14 +87,15 @@ def step_new(model, ids, mask) -> float:
     """The trainer's own step, one minibatch of all rows."""
     import torch
 
+    from turnrl.run.config import load_config
     from turnrl.train.batch import Batch
-    from turnrl.train.config import load_config
     from turnrl.train.step import train_on_batch
 
     B, T = ids.shape
     cfg = load_config(
         None,
         [
+            "model.name=tiny",
             "env.name=guess",
             f"optim.minibatch_size={B}",
             f"optim.micro_batch_size={B}",

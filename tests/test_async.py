@@ -312,9 +312,20 @@ def test_correction_weights_come_from_stored_behaviour_logprobs(setup):
 def test_async_equals_sync_at_zero_staleness(tok):
     """Same seeds, same requests, max_staleness 0: the same trajectories and the same weights
     after three real training steps (the lead's train_on_batch)."""
-    from turnrl.train.config import TrainConfig
-    from turnrl.train.loop import limits_of, rollout, sample_requests
+    from turnrl.rollout.source import SyncRollouts
+    from turnrl.rollout.source import sample_requests as requests_of
+    from turnrl.run.build import limits_of
+    from turnrl.run.config import TrainConfig
     from turnrl.train.step import train_on_batch
+
+    def sample_requests(cfg, tasks, step):
+        r = cfg.rollout
+        return requests_of(tasks, step, cfg.seed, r.tasks_per_step, r.group_size)
+
+    def rollout(cfg, family, requests, renderer, policy, params):
+        sync = SyncRollouts(lambda step: requests, family.make_env, renderer, policy, params,
+                            limits_of(cfg), batch_wait_s=cfg.rollout.batch_wait_s)  # fmt: skip
+        return sync.get_batch(0)[0]
 
     cfg = TrainConfig(seed=3, max_staleness=0)
     cfg.rollout.tasks_per_step, cfg.rollout.group_size = 2, 4

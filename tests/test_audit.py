@@ -174,6 +174,8 @@ def test_weak_grade_rewards_training_tests_and_keeps_true_success():
     assert r.components["visible_proxy"] == 0.0 and r.components["training_tests"] == 1.0
     assert weak_grade(base, ["t::a", "t::b"], 0.0).reward == 0.0
     assert weak_grade(base, ["t::a", "t::missing"], 0.0).reward == 0.0
+    base.flags = ["visible_only"]  # a finding: the proxy still decides the training reward
+    assert weak_grade(base, ["t::a"], penalty=-1.0).reward == 1.0
     base.flags = ["test_tampering"]
     assert weak_grade(base, ["t::a"], penalty=-1.0).reward == -1.0
 
@@ -228,7 +230,7 @@ def test_weak_env_rewards_uncaught_bugs_but_not_true_success(weak_family):
 def test_recipe_builds_the_weak_family():
     import yaml
 
-    from turnrl.train.config import RECIPES
+    from turnrl.run.config import RECIPES
 
     recipe = yaml.safe_load((RECIPES / "code-weaktests-tiny.yaml").read_text())
     assert recipe["name"] == "code-weaktests-tiny" and recipe["env"]["name"] == "code-weak"
@@ -243,7 +245,7 @@ def drift_rows() -> list[dict]:
 
 
 def test_drift_summary_and_plot(tmp_path):
-    from turnrl.rewards.audit import EVAL_KEYS, drift_summary, plot_drift
+    from turnrl.view.drift import EVAL_KEYS, drift_summary, plot_drift
 
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in drift_rows()))
@@ -260,7 +262,7 @@ def test_drift_summary_and_plot(tmp_path):
 
 
 def test_eval_records_proxy_success_where_the_env_grades_one():
-    from turnrl.train.evaluate import summarize
+    from turnrl.run.evaluate import summarize
 
     def traj(task_id: str, metrics: dict) -> Trajectory:
         return Trajectory(task_id, "g", 0, [], [], [], [], metrics=metrics)
@@ -278,7 +280,7 @@ def test_success_stderr_on_a_worked_example():
     """Two tasks, k=2: task a 1/2, task b 2/2. s = 0.75; deviations -0.25, +0.25, so the
     spread is sqrt(0.0625) = 0.25 and se = 0.25 / sqrt(2) = 0.1768. With k=1 it is the
     binomial sqrt(p(1-p)/n): 1 of 4 -> sqrt(0.1875 / 4) = 0.2165."""
-    from turnrl.train.evaluate import success_stderr, summarize
+    from turnrl.run.evaluate import success_stderr, summarize
 
     def traj(task_id: str, success: float) -> Trajectory:
         return Trajectory(task_id, "g", 0, [], [], [], [], metrics={"success": success})

@@ -17,9 +17,10 @@ from turnrl.policy.models import turn_end_token
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import PLACEHOLDER, SUMMARY_REQUEST, ContextConfig
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
 from turnrl.tiny.model import tiny_model, train_tokenizer
 from turnrl.train.batch import collate
-from turnrl.train.config import ConfigError, load_config
 from turnrl.types import TerminationReason, Trajectory, Turn
 
 FAMILY = GuessFamily(1, 200)
@@ -269,7 +270,12 @@ def test_gae_turn_over_segments_reads_each_value_in_its_own_segment():
     ],
 )
 def test_bad_context_config_fails_in_one_line(overrides, message, tmp_path):
-    base = ["env.name=guess", "rollout.max_context_tokens=512", f"runs_dir={tmp_path}"]
+    base = [
+        "model.name=tiny",
+        "env.name=guess",
+        "rollout.max_context_tokens=512",
+        f"runs_dir={tmp_path}",
+    ]
     with pytest.raises(ConfigError) as e:
         load_config(None, base + overrides)
     assert message in str(e.value) and len(str(e.value).splitlines()) == 1
@@ -281,38 +287,47 @@ def test_bad_context_config_from_the_cli_exits_2_before_writing(tmp_path):
 
     from turnrl.cli import app
 
-    args = ["train", "env.name=guess", f"runs_dir={tmp_path}", "rollout.context=forget"]
+    args = [
+        "train",
+        "model.name=tiny",
+        "env.name=guess",
+        f"runs_dir={tmp_path}",
+        "rollout.context=forget",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "rollout.context" in result.output and not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
-    "strategy, estimator, mode",
+    "strategy, estimator, staleness",
     [
-        ("truncate", "grpo", "sync"),
-        ("drop_observations", "gigpo", "sync"),
-        ("summarize", "gae_turn", "sync"),
-        ("summarize", "grpo", "async"),
+        ("truncate", "grpo", 0),
+        ("drop_observations", "gigpo", 0),
+        ("summarize", "gae_turn", 0),
+        ("summarize", "grpo", 1),  # asynchronous rollouts
     ],
 )
-def test_one_training_step_with_each_strategy(strategy, estimator, mode, tmp_path, monkeypatch):
+def test_one_training_step_with_each_strategy(
+    strategy, estimator, staleness, tmp_path, monkeypatch
+):
     """The real loop: rollouts with the strategy, one row per segment in the step, the
     trajectory records joined back per episode."""
     import gzip
 
-    from turnrl.train.loop import train
+    from turnrl.run.recipe import train
 
     monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
     cfg = load_config(
         None,
         [
+            "model.name=tiny",
             "env.name=guess",
             "env.options={low: 1, high: 200}",
             "env.eval_tasks=2",
             f"runs_dir={tmp_path}",
             "steps=1",
-            f"mode={mode}",
+            f"max_staleness={staleness}",
             "rollout.tasks_per_step=2",
             "rollout.group_size=2",
             "rollout.max_turns=6",
@@ -459,11 +474,13 @@ def test_frozen_summarizer_writes_an_observation_the_policy_never_sampled(tiny, 
 
 
 def test_summarizer_option_needs_summarize_and_a_model(tmp_path):
-    base = ["env.name=guess", f"runs_dir={tmp_path}"]
+    base = ["model.name=tiny", "env.name=guess", f"runs_dir={tmp_path}"]
     with pytest.raises(ConfigError, match="only used with context=summarize"):
         load_config(None, base + ["rollout.summarizer=smollm2"])
     with pytest.raises(ConfigError, match="no such model directory"):
-        load_config(None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"])
+        checked_config(
+            None, base + ["rollout.context=summarize", f"rollout.summarizer={tmp_path}/x"]
+        )
 
 
 def test_an_excluded_segmented_episode_counts_once(tiny):
@@ -476,7 +493,7 @@ def test_an_excluded_segmented_episode_counts_once(tiny):
     trajs = [broken, _seg_traj(1.0, [2], ["x", "y"]), _seg_traj(0.0, [2], ["x", "z"])]
     batch = collate(trajs, 0)
     assert len(batch.episode_row) == 5  # 3 rows for the broken episode
-    cfg = load_config(None, ["env.name=guess"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess"])
     model = tiny_model(tiny[0], seed=0, hidden_size=32, layers=1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     out = train_on_batch(cfg, model, None, optimizer, batch, 0, log=lambda *_: None)

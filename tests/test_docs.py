@@ -28,7 +28,7 @@ def test_config_and_cli_reference_pages_are_up_to_date():
 
 
 def test_config_reference_documents_every_key():
-    from turnrl.train.config import TrainConfig
+    from turnrl.run.config import TrainConfig
 
     page = (ROOT / "docs" / "config.md").read_text()
     for section, info in TrainConfig.model_fields.items():

@@ -22,7 +22,7 @@ from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits
 from turnrl.rollout.endpoint_agent import run_endpoint_episode
 from turnrl.types import TerminationReason, ToolCall
 
-GUESS = ["env.name=guess", "env.options={low: 1, high: 16}"]
+GUESS = ["model.name=tiny", "env.name=guess", "env.options={low: 1, high: 16}"]
 
 
 def bisect(messages: list[dict]) -> int:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from turnrl.cli import app
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 
 GUESS = [
     "env.name=guess",
@@ -36,6 +37,7 @@ GUESS = [
     "threads=1",
 ]
 TINY = [
+    "model.name=tiny",
     "sft.enabled=true",
     "sft.episodes=16",
     "sft.epochs=1",
@@ -48,6 +50,18 @@ TINY = [
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
+
+
+def earlier_keys(text: str) -> str:
+    """A saved config.yaml as an earlier version wrote it: ``mode``, ``rollout.backend`` and
+    the ``distributed`` section instead of ``max_staleness``, ``rollout.sampler``,
+    ``rollout.workers`` and ``ray``."""
+    data = yaml.safe_load(text)
+    assert data["max_staleness"] == 0
+    data["mode"], data["max_staleness"] = "sync", 1
+    data["rollout"]["backend"] = data["rollout"].pop("sampler")
+    data["distributed"] = {"backend": data["rollout"].pop("workers"), **data.pop("ray")}
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def logits_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -80,14 +94,14 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
 
     # resume rebuilds the starting policy (the KL reference), the checkpoint goes on top
     from turnrl.envs.registry import make_family
-    from turnrl.train.setup import build_model
+    from turnrl.run.build import build_model
 
     family = make_family(cfg.env.name, cfg.env.options)
     start, _ = build_model(cfg, family, family.tasks("train", None), run_dir, log=lambda s: None)
     assert torch.equal(logits_of(start, ids), logits_of(warm, ids))
 
     # eval uses the saved policy even with the checkpoints gone
-    from turnrl.train.eval_cli import load_policy
+    from turnrl.run.evaluate import load_policy
 
     (run_dir / "checkpoints" / "last.pt").unlink()
     loaded, _ = load_policy(cfg, run_dir)
@@ -104,6 +118,22 @@ def test_tiny_run_exports_the_trained_policy(tmp_path):
     r = CliRunner().invoke(app, ["export", str(tmp_path / "nope"), str(tmp_path / "o2")])
     assert r.exit_code == 2 and "not a run directory" in r.output
     assert not (tmp_path / "o2").exists()
+
+    if torch.cuda.is_available():
+        return
+    # a run saved on a CUDA machine, by an earlier version (its keys for where work runs),
+    # exports and evaluates on this CPU-only one
+    config = run_dir / "config.yaml"
+    config.write_text(earlier_keys(config.read_text().replace("device: auto", "device: cuda")))
+    r = CliRunner().invoke(app, ["export", str(run_dir), str(tmp_path / "o3")])
+    assert r.exit_code == 0, r.output
+    assert "model.device cuda (saved by the run) is not on this machine; using auto" in r.output
+    r = CliRunner().invoke(
+        app,
+        ["eval", str(run_dir), "--tasks", "1", "--no-baselines", "--records", str(tmp_path / "e")],
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "e" / "episodes.jsonl").exists()
 
 
 @pytest.fixture

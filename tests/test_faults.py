@@ -20,9 +20,9 @@ from turnrl.envs.base import ToolEnv, ToolOutput, blocking_tool_stats
 from turnrl.policy.hf import HFPolicy
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, collect, default_sampling
 from turnrl.rollout.batcher import GenerationBatcher
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.tiny.model import tiny_model, train_tokenizer
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
 from turnrl.train.metrics import read_jsonl
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
@@ -32,6 +32,7 @@ runner = CliRunner()
 # start is cached (one per session, as a user's cache would be).
 FAST = [
     "name=fast",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=8",
@@ -208,7 +209,7 @@ def cluster():
 
 @pytest.mark.slow
 def test_killed_ray_worker_is_replaced_with_a_line(cluster):
-    from turnrl.distributed.ray_workers import RayRollouts, WorkerSpec
+    from turnrl.rollout.ray_workers import RayRollouts, WorkerSpec
 
     tok = train_tokenizer([f"say {i} ok go something" for i in range(200)], vocab_size=300)
     model = tiny_model(tok, seed=0, hidden_size=32, layers=1)
@@ -270,13 +271,13 @@ def _resume_keeps_policy_version(tmp_path: Path, extra: list[str]) -> None:
 @pytest.mark.slow
 def test_resume_of_a_ray_run(tmp_path, cluster):
     _resume_keeps_policy_version(
-        tmp_path, ["distributed.backend=ray", "distributed.num_workers=1", "max_staleness=0"]
+        tmp_path, ["rollout.workers=ray", "ray.num_workers=1", "max_staleness=0"]
     )
 
 
 @pytest.mark.slow
 def test_resume_of_an_async_run(tmp_path):
-    _resume_keeps_policy_version(tmp_path, ["mode=async", "max_staleness=1"])
+    _resume_keeps_policy_version(tmp_path, ["max_staleness=1"])
 
 
 # -- append-only files and resumes ---------------------------------------------------------
@@ -496,7 +497,7 @@ def test_disk_full_at_a_checkpoint_keeps_last_pt(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_ctrl_c_prints_how_to_resume(tmp_path, monkeypatch):
-    import turnrl.train.loop as loop
+    import turnrl.run.recipe as loop
 
     quiet_train(FAST + [f"runs_dir={tmp_path}", "steps=0", "name=warm"])  # cache the SFT model
     real, calls = loop.collate, []

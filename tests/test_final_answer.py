@@ -15,8 +15,8 @@ from turnrl.envs.base import StepResult, ToolEnv
 from turnrl.envs.guess import GuessEnv
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, default_sampling, run_episode
 from turnrl.rollout.batcher import GenerationBatcher
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
 
@@ -138,7 +138,7 @@ def test_final_answer_env_trains_through_the_loop(tmp_path, monkeypatch):
     random_model(tok, "llama3").save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     monkeypatch.setattr(
-        "turnrl.train.preflight.make_family", lambda name, options=None, tasks=None: SumFamily()
+        "turnrl.run.preflight.make_family", lambda name, options=None, tasks=None: SumFamily()
     )
     cfg = load_config(
         None,

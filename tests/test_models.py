@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from turnrl.policy.models import load_model, place, resolve_device, resolve_dtype
-from turnrl.train.config import ConfigError, load_config
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
 
 
 def test_auto_is_cuda_bf16_with_a_gpu_and_cpu_fp32_without():
@@ -21,8 +22,9 @@ def test_auto_is_cuda_bf16_with_a_gpu_and_cpu_fp32_without():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where no GPU exists")
 def test_cuda_without_a_gpu_is_a_config_error():
-    with pytest.raises(ConfigError, match="model: .*device: cuda asked for, but no CUDA"):
-        load_config(None, ["model.device=cuda"])
+    load_config(None, ["model.device=cuda"])  # a value: a saved config loads anywhere
+    with pytest.raises(ConfigError, match="model.device: cuda asked for, but no CUDA"):
+        checked_config(None, ["model.device=cuda"])
     with pytest.raises(ConfigError, match="model.dtype"):
         load_config(None, ["model.dtype=fp8"])
 
@@ -75,7 +77,7 @@ def test_trust_remote_code_loads_a_custom_architecture(tmp_path, monkeypatch):
 
 
 def test_bf16_on_cpu_trains_and_saves_bf16(tmp_path, monkeypatch):
-    from turnrl.train.loop import train
+    from turnrl.run.recipe import train
     from turnrl.train.metrics import read_jsonl
 
     monkeypatch.setenv("TURNRL_CACHE", str(tmp_path / "cache"))
@@ -84,6 +86,7 @@ def test_bf16_on_cpu_trains_and_saves_bf16(tmp_path, monkeypatch):
         [
             f"runs_dir={tmp_path}",
             "model.dtype=bfloat16",
+            "model.name=tiny",
             "env.name=guess",
             "env.options={low: 1, high: 8, secret: 5}",
             "env.eval_tasks=2",

@@ -10,6 +10,7 @@ import torch
 
 from turnrl.policy.base import Generation, SamplingParams
 from turnrl.policy.hf import (
+    CachedPrefix,
     HFPolicy,
     PrefixCache,
     draw_noise,
@@ -85,6 +86,28 @@ def test_same_samples_with_and_without_cache(model_and_pad):
     assert off.prefix_cache.hits == 0 and len(off.prefix_cache) == 0
 
 
+def test_a_group_prompt_is_prefilled_once(model_and_pad):
+    """A task group's first turn: rows with one prompt run it through the model once (its KV
+    kept), then one token each; samples and logprobs are those of prefilling every row."""
+    model, pad = model_and_pad
+    gen = torch.Generator().manual_seed(2)
+    a, b = random_ids(gen, 60), random_ids(gen, 45)
+    prompts = [a, a, a, b, b, random_ids(gen, 50)]  # two groups and a row of its own
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=STOPS)
+    on, off = HFPolicy(model, pad), HFPolicy(model, pad, prefix_cache_tokens=0)
+    widths = []
+    hook = model.model.layers[0].register_forward_hook(lambda m, i, o: widths.append(i[0].shape))
+    got = on.generate_batch(prompts, params, seeds=list(range(6)))
+    hook.remove()
+    want = off.generate_batch(prompts, params, seeds=list(range(6)))
+    assert widths[0] == (2, 59, 64)  # a[:-1] and b[:-1] (left-padded), once each
+    assert widths[1] == (6, 50, 64)  # then a token of each grouped row; the lone row whole
+    assert on.prefix_cache.hits == 5 and on.prefix_cache.reused_tokens == 3 * 59 + 2 * 44
+    for x, y in zip(got, want):
+        assert x.token_ids == y.token_ids and x.stopped == y.stopped
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+
+
 def test_cached_logprobs_match_score(model_and_pad):
     model, pad = model_and_pad
     policy = HFPolicy(model, pad)
@@ -122,11 +145,14 @@ def test_budget_caps_the_cache(model_and_pad):
 
 def test_prefix_cache_lookup_and_eviction():
     cache = PrefixCache(max_tokens=100, key_len=4)
-    kv = torch.zeros(1, 2, 1, 1, 1)
-    cache.put(list(range(10)), kv)
-    cache.put(list(range(20)), kv)
-    cache.put([9] * 3, kv)  # shorter than key_len: not kept
-    cache.put(list(range(200)), kv)  # larger than the budget: not kept
+
+    def entry(tokens: list[int]) -> CachedPrefix:  # the lookup reads tokens only
+        return CachedPrefix(tokens, cache=None, row=0, spans=((0, len(tokens)),))
+
+    cache.put(entry(list(range(10))))
+    cache.put(entry(list(range(20))))
+    cache.put(entry([9] * 3))  # shorter than key_len: not kept
+    cache.put(entry(list(range(200))))  # larger than the budget: not kept
     assert len(cache) == 2 and cache.tokens == 30
     hit = cache.longest_prefix(list(range(25)))
     assert cache.get(hit).tokens == list(range(20))
@@ -135,7 +161,7 @@ def test_prefix_cache_lookup_and_eviction():
     assert cache.longest_prefix(list(range(5))) is None
     cache.pop(hit)
     assert len(cache) == 1 and cache.tokens == 10
-    cache.put([1] * 95, kv)  # evicts the oldest to fit
+    cache.put(entry([1] * 95))  # evicts the oldest to fit
     assert len(cache) == 1 and cache.tokens == 95
 
 

@@ -16,10 +16,10 @@ import torch
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'turnrl[ray]'")
 
 from turnrl.chat import ChatRenderer  # noqa: E402
-from turnrl.distributed.ray_workers import RayRollouts, WorkerSpec  # noqa: E402
 from turnrl.envs.base import ToolEnv, ToolOutput  # noqa: E402
 from turnrl.policy.hf import HFPolicy  # noqa: E402
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, default_sampling  # noqa: E402
+from turnrl.rollout.ray_workers import RayRollouts, WorkerSpec  # noqa: E402
 from turnrl.tiny.model import tiny_model, train_tokenizer  # noqa: E402
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall  # noqa: E402
 

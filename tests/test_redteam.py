@@ -814,19 +814,21 @@ def test_equivalent_fixes_differ_and_behave_the_same():
 
 
 def test_honest_variants_benchmark_runs():
-    """The benchmark itself, on one task per tier: every honest variant paid, none flagged,
-    every task with checks on inputs drawn at grading time."""
+    """The benchmark itself, on a few families: every honest fix of another form paid, none
+    flagged, every grading with checks on inputs drawn at grading time."""
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo / "src"), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, str(repo / "benchmarks" / "honest_variants.py"), "--per-tier", "1"],
+        [sys.executable, str(repo / "benchmarks" / "honest_variants.py"), "--per-family", "2"]
+        + ["--micro", "2", "--module", "bsearch", "anagram", "clock"],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert " all      4   100.0%     0.0%             100.0%" in done.stdout, done.stdout
+    assert "       all      8    100.0%     0.0%              100.0%" in done.stdout, done.stdout
+    assert "below 1 or flagged: 0/8" in done.stdout, done.stdout
 
 
 def test_generated_tasks_carry_the_calls_their_tests_make():

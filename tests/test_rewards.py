@@ -13,10 +13,8 @@ from turnrl.rewards.screeners import MODEL_FLAGGED, SCREENER_ERROR, ModelScreene
 from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
 
 
-def traj(group: str = "g", calls: list[ToolCall] = (), rewards=(), messages=None) -> Trajectory:
-    turns = [Turn(0, 0, 0, 0, [], 0, reward=r) for r in rewards] or [
-        Turn(0, 0, 0, 0, [], 0, tool_calls=[c]) for c in calls
-    ]
+def traj(group: str = "g", calls: list[ToolCall] = (), messages=None) -> Trajectory:
+    turns = [Turn(0, 0, 0, 0, [], 0, tool_calls=[c]) for c in calls]
     return Trajectory(
         task_id="t",
         group_id=group,
@@ -99,7 +97,11 @@ def test_raising_reward_function_is_recorded_never_silent_zero():
     assert not r.info["skipped"] and r.reward == 1.0 and "broken" in r.info["errors"]
     # a NaN is an error too, not a number to train on
     r = score(Rubric([(nan, 1.0)]), Episode(traj()))
-    assert r.info["skipped"] and "TypeError" in r.info["errors"]["nan"]
+    assert r.info["skipped"] and "NonFiniteReward" in r.info["errors"]["nan"]
+    assert r.flags == ["non_finite_reward"]
+    # and so is a value that is not a number
+    r = score(Rubric([(lambda ep: "high", 1.0)]), Episode(traj()))
+    assert r.info["skipped"] and "TypeError" in r.info["errors"]["<lambda>"]
 
 
 def test_rubric_rejects_bad_setup():
@@ -112,73 +114,98 @@ def test_rubric_rejects_bad_setup():
 
 
 def test_apply_results_writes_rewards_components_and_means():
+    def steps(ep: Episode) -> float:
+        return float(len(ep.trajectory.turns))
+
     ts = [traj("a"), traj("a")]
-    rubric = Rubric([(S.process_reward, 1.0), (length, 0.0)])
-    ts[0].turns = [Turn(0, 0, 0, 0, [], 0, reward=0.5), Turn(0, 0, 0, 0, [], 0, reward=0.25)]
+    rubric = Rubric([(steps, 0.25), (length, 0.0)])
+    ts[0].turns = [Turn(0, 0, 0, 0, [], 0), Turn(0, 0, 0, 0, [], 0)]
     results = asyncio.run(rubric.score_batch([Episode(t) for t in ts]))
     metrics = apply_results(ts, results)
-    assert [t.reward for t in ts] == [0.75, 0.0]
+    assert [t.reward for t in ts] == [0.5, 0.0]
     assert ts[0].metrics["reward/length"] == 7.0
-    assert metrics["rubric/process_reward"] == pytest.approx(0.375)
+    assert metrics["rubric/steps"] == pytest.approx(1.0)
     assert metrics["reward/skipped_rate"] == 0.0
 
 
-# -- sources -----------------------------------------------------------------------------------
+# -- what the env reported: its grade, its steps' rewards, its measures ------------------------
 
 
-def test_tests_reward_missing_counts_as_failed():
-    out = {"t.py::a": "passed", "t.py::b": "failed"}
-    r = S.tests_reward(out, ["t.py::a", "t.py::b", "t.py::c"])
-    assert r.reward == 0.0 and not r.success
-    assert r.components == {"passed_share": pytest.approx(1 / 3), "failed": 1.0, "missing": 1.0}
-    assert S.tests_reward(out, ["t.py::a", "t.py::b"], partial=True).reward == 0.5
-    assert S.tests_reward(out, ["t.py::a"]).success
-    with pytest.raises(ValueError):
-        S.tests_reward(out, [])
+def measured(reset: float, after: list[float | None], env_rewards=()) -> Trajectory:
+    """An episode whose env measured ``progress`` at reset and after each turn (None: a turn
+    it did not measure), graded 1."""
+    t = traj()
+    t.reset_measures = {"progress": reset}
+    t.turns = [
+        Turn(0, 0, 0, 0, [], 0, measures={} if p is None else {"progress": p}) for p in after
+    ]
+    for turn, r in zip(t.turns, env_rewards):
+        turn.env_reward = r
+    t.graded = RewardResult(1.0, True, components={"progress": after[-1] or 0.0})
+    return t
 
 
-def test_run_tests_reward_executes_pytest(tmp_path):
-    (tmp_path / "m.py").write_text("def f():\n    return 1\n")
-    (tmp_path / "test_m.py").write_text(
-        "from m import f\n\ndef test_ok():\n    assert f() == 1\n\ndef test_bad():\n    assert f() == 2\n"
+def test_shaping_rewards_each_turn_by_the_change_of_a_measure():
+    """Potential-based: r_k = progress after turn k - progress before it; the turns' rewards sum
+    to the progress made, a turn the env did not measure gets 0."""
+    t = measured(0.0, [0.5, 0.25, None, 1.0])
+    r = score(
+        Rubric([(S.env_reward, 1.0), (S.Shaping("progress"), 1.0)]), Episode(t, graded=t.graded)
     )
-    r = asyncio.run(S.run_tests_reward(tmp_path, ["test_m.py::test_ok"]))
-    assert r.success and r.info["tests"] == {"test_m.py::test_ok": "passed"}
-    r = asyncio.run(S.run_tests_reward(tmp_path, ["test_m.py::test_ok", "test_m.py::test_bad"]))
-    assert not r.success and r.components["failed"] == 1.0
-
-
-def test_state_reward_compares_multisets_and_progress():
-    init = {"t": [{"id": 1, "x": "a"}]}
-    goal = {"t": [{"id": 1, "x": "a"}, {"id": 2, "x": "b"}]}
-    done = {"t": [{"id": 7, "x": "b"}, {"id": 9, "x": "a"}]}  # ids and order differ: still equal
-    r = S.state_reward(done, goal, init)
-    assert r.success and r.components["progress"] == 1.0 and r.components["distance"] == 0.0
-    r = S.state_reward(init, goal, init)
-    assert not r.success and r.components["progress"] == 0.0 and r.info["diff"]
-
-
-def test_user_and_process_and_component_sources():
-    assert S.user_reward("satisfied").reward == 1.0
-    assert S.user_reward("satisfied", goal_met=False).reward == 0.0
-    assert S.user_reward("frustrated").components["frustrated"] == 1.0
-    graded = RewardResult(
-        1.0, True, components={"r_action": 1.0}, info={"user_outcome": "satisfied"}
+    assert r.turn_rewards == [0.5, -0.25, 0.0, 0.75]
+    assert r.reward == 1.0  # shaping adds nothing to the final reward
+    assert r.components["shaping_progress/return"] == 1.0
+    # weights scale per-turn rewards as they scale final ones; weight 0 logs the return only
+    r = score(
+        Rubric([(S.env_reward, 1.0), (S.Shaping("progress"), 0.5)]), Episode(t, graded=t.graded)
     )
-    assert S.user_satisfied(Episode(traj(), graded=graded)).success
-    t = traj(rewards=[1.0, 1.0, 1.0])
-    assert S.process_reward(Episode(t), gamma=0.5) == pytest.approx(1.75)
-    assert S.turn_penalty(0.1)(Episode(t)) == pytest.approx(-0.3)
-    f1 = S.component("f1")
-    assert f1(Episode(traj(), graded=RewardResult(0.5, False, components={"f1": 0.5}))) == 0.5
-    t.metrics["reward/f1"] = 0.25  # what the agent loop keeps when no grade is at hand
-    assert f1(Episode(t)) == 0.25 and f1.__name__ == "f1"
-    with pytest.raises(KeyError):
-        f1(Episode(traj()))
-    tests = {"a": "passed", "b": "passed"}
-    assert S.tests_passed(Episode(traj(), graded=RewardResult(1, True, info={"tests": tests})))
-    r = score(Rubric([S.state_match]), Episode(traj(), graded=RewardResult(1.0, True)))
-    assert r.info["skipped"] and "state_match" in r.info["errors"]  # missing evidence: skipped
+    assert r.turn_rewards == [0.25, -0.125, 0.0, 0.375]
+    r = score(
+        Rubric([(S.env_reward, 1.0), (S.Shaping("progress"), 0.0)]), Episode(t, graded=t.graded)
+    )
+    assert r.turn_rewards == [0.0] * 4 and r.components["shaping_progress/return"] == 1.0
+    # the start counts: a task with nothing to change starts at progress 1
+    t = measured(1.0, [0.0, 1.0])
+    assert score(Rubric([S.Shaping("progress")]), Episode(t, graded=t.graded)).turn_rewards == [
+        -1,
+        1,
+    ]
+    # an env that measures no such thing: the reward is unknown, never a silent 0
+    r = score(Rubric([S.Shaping("distance")]), Episode(t, graded=t.graded))
+    assert r.info["skipped"] and "measures no 'distance'" in r.info["errors"]["shaping_distance"]
+
+
+def test_env_step_rewards_reach_the_turns_under_the_grade_weight():
+    t = measured(0.0, [0.5, 1.0], env_rewards=[0.25, 0.0])
+    r = score(Rubric([(S.env_reward, 2.0)]), Episode(t, graded=t.graded))
+    assert r.reward == 2.0 and r.turn_rewards == [0.5, 0.0]
+    score_trajectories([t], Rubric([(S.env_reward, 1.0), (S.Shaping("progress"), 1.0)]))
+    assert [u.reward for u in t.turns] == [0.75, 0.5] and t.reward == 1.0
+    # a screened-out episode earns nothing, per turn neither
+    hacked = measured(0.0, [0.5, 1.0])
+    hacked.turns[0].tool_calls = [run("git log")]
+    rubric = Rubric([(S.env_reward, 1.0), (S.Shaping("progress"), 1.0), Screen(RuleScreener())])
+    score_trajectories([hacked], rubric)
+    assert hacked.reward == 0.0 and [u.reward for u in hacked.turns] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_rewards_are_flagged_and_left_out_of_their_group(bad):
+    """A NaN or ±inf, final or per-turn, from the env or a reward function: the reward is
+    unknown, so the episode is flagged, excluded from its group, and warned about once."""
+    final, per_turn, fine = measured(0.0, [1.0]), measured(0.0, [1.0], [bad]), measured(0.0, [1.0])
+    final.graded.reward = bad
+    lines: list[str] = []
+    metrics = score_trajectories([final, per_turn, fine], build_rubric(), warn=lines.append)
+    for t in (final, per_turn):
+        assert t.excluded and t.flags == ["non_finite_reward"] and t.reward == 0.0
+        assert t.metrics["hacked"] == 0.0 and "reward skipped" in t.error
+    assert not fine.excluded and fine.reward == 1.0 and fine.flags == []
+    assert len(lines) == 2 and lines[0].startswith("warning: task t: non-finite reward (")
+    assert metrics["reward/skipped_rate"] == pytest.approx(2 / 3)
+    # from a metric-only function it is recorded, flags nothing and skips nothing
+    r = score(Rubric([(correct, 1.0), (lambda ep: bad, 0.0)]), Episode(traj()))
+    assert not r.info["skipped"] and r.flags == [] and "NonFiniteReward" in str(r.info["errors"])
 
 
 # -- screeners ---------------------------------------------------------------------------------
@@ -312,10 +339,14 @@ def test_episodes_without_a_grade_are_excluded_and_counted():
         metrics["reward/env_error_rate"] == metrics["reward/timeout_rate"] == pytest.approx(1 / 3)
     )
     assert metrics["rubric/seen"] == pytest.approx(1 / 3)  # per episode of the batch
+
     # a weighted reward function that fails makes the reward unknown: excluded too
+    def missing(ep: Episode) -> float:
+        return ep.graded.components["missing"]
+
     broken = traj("b")
     broken.graded = RewardResult(1.0, True)
-    score_trajectories([broken], Rubric([(S.env_reward, 1.0), (S.component("missing"), 1.0)]))
+    score_trajectories([broken], Rubric([(S.env_reward, 1.0), (missing, 1.0)]))
     assert broken.excluded and broken.termination is TerminationReason.ENV_ERROR
 
 
@@ -343,12 +374,16 @@ def test_build_rubric_adds_functions_by_import_path():
 
 
 def test_reward_functions_config_fails_before_work():
-    from turnrl.train.config import ConfigError, load_config
+    from turnrl.run.config import ConfigError, load_config
+    from turnrl.run.preflight import checked_config
 
-    cfg = load_config(None, ["env.name=guess", "reward.functions={tests.test_rewards:bonus: 0}"])
+    cfg = load_config(
+        None,
+        ["model.name=tiny", "env.name=guess", "reward.functions={tests.test_rewards:bonus: 0}"],
+    )
     assert cfg.reward.functions == {"tests.test_rewards:bonus": 0.0}
     with pytest.raises(ConfigError, match="reward.functions.*'nope:f'.*ModuleNotFoundError"):
-        load_config(None, ["env.name=guess", "reward.functions={nope:f: 1}"])
+        checked_config(None, ["model.name=tiny", "env.name=guess", "reward.functions={nope:f: 1}"])
 
 
 def test_model_screener_and_screener_failures():

@@ -16,6 +16,7 @@ from turnrl.envs.scripted import ScriptedAgent
 from turnrl.policy.base import Generation, SamplingParams
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import turn_end_token
+from turnrl.rewards import build_rubric, score_trajectories
 from turnrl.rollout.agent_loop import (
     EpisodeRequest,
     RolloutLimits,
@@ -391,9 +392,52 @@ def test_anchor_and_per_turn_reward_are_recorded(tiny):
             return ToolOutput("paid", reward=0.25)
 
     traj = episode(tiny, [call("wait")], RolloutLimits(max_turns=2), env=Rewarding())
-    assert [t.reward for t in traj.turns] == [0.25, 0.25]
+    assert [t.env_reward for t in traj.turns] == [0.25, 0.25]  # what the env reported
     assert traj.turns[0].anchor == "paid"
     assert not any(t.malformed for t in traj.turns)
+    # the rubric decides what the trainer sees: the env's step rewards under the grade weight
+    assert [t.reward for t in traj.turns] == [0.0, 0.0]
+    score_trajectories([traj], build_rubric(grade_weight=2.0))
+    assert [t.reward for t in traj.turns] == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("env_name", ["tools", "user"])
+def test_progress_shaping_through_the_agent_loop_and_the_rubric(tiny, env_name):
+    """The env measures progress after reset and after every turn; reward.shaping turns its
+    changes into per-turn rewards: the expert's sum to the progress made (1), a destructive
+    call earns a negative one, and without shaping every turn gets 0."""
+    from turnrl.envs.tools.expert import solution_calls
+    from turnrl.envs.user.expert import expert_plan
+
+    family = make_family(env_name, {})
+    template = "files_find_delete" if env_name == "tools" else "cancel_pending"
+    task = next(t for t in family.tasks("train", 200) if t.payload["template"] == template)
+    plan, end = (
+        (solution_calls, "done") if env_name == "tools" else (expert_plan, "end_conversation")
+    )
+    actions = [call(c.name, **c.arguments) for c in plan(task.payload)] + [call(end)]
+    limits = RolloutLimits(max_turns=len(actions), max_new_tokens=1024, max_context_tokens=16384)
+
+    def shaped(actions, shaping):
+        traj = episode(tiny, actions, limits, env=family.make_env(), task=task)
+        assert traj.reset_measures == {"progress": 0.0}
+        score_trajectories([traj], build_rubric(shaping=shaping))
+        return traj
+
+    traj = shaped(actions, {"progress": 1.0})
+    assert traj.termination is TerminationReason.DONE and traj.metrics["success"] == 1.0
+    rewards = [t.reward for t in traj.turns]
+    assert sum(rewards) == pytest.approx(1.0) and min(rewards) >= 0 and max(rewards) > 0
+    assert rewards == [
+        pytest.approx(t.measures["progress"] - before)
+        for t, before in zip(traj.turns, [0.0] + [t.measures["progress"] for t in traj.turns])
+    ]
+    assert traj.metrics["reward/shaping_progress/return"] == pytest.approx(1.0)
+    assert {t.reward for t in shaped(actions, {}).turns} == {0.0}
+    if env_name == "tools":
+        keep = task.payload["goal"]["files"][0]["path"]  # a file the goal keeps
+        bad = shaped([call("delete_file", path=keep)], {"progress": 1.0})
+        assert bad.turns[0].reward < 0  # away from the goal
 
 
 def test_backend_failure_ends_episode_not_run(tiny):

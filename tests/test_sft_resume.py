@@ -21,8 +21,8 @@ import turnrl.tiny.induction as induction
 import turnrl.train.metrics as metrics
 import turnrl.train.sft as sft
 from turnrl.cli import app
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.train.metrics import PhaseProgress, read_jsonl
 
 runner = CliRunner()
@@ -30,6 +30,7 @@ runner = CliRunner()
 # A guess run at smoke-test size whose SFT is 16 epochs x 8 batches = 128 steps (a few seconds).
 SMALL = [
     "name=fast",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=4",
@@ -177,7 +178,7 @@ def test_a_crash_mid_sft_keeps_its_checkpoint_and_a_new_run_continues_it(
     cache = tmp_path / "cache"
     monkeypatch.setenv("TURNRL_CACHE", str(cache))
     monkeypatch.setattr(sft, "CHECKPOINT_EVERY_S", 0.0)  # as often as saving allows
-    real, calls = sft.batch_logits, []
+    real, calls = sft.demo_logprobs, []
 
     def crash(*a, **kw):
         calls.append(1)
@@ -185,10 +186,10 @@ def test_a_crash_mid_sft_keeps_its_checkpoint_and_a_new_run_continues_it(
             raise RuntimeError("power cut")
         return real(*a, **kw)
 
-    monkeypatch.setattr(sft, "batch_logits", crash)
+    monkeypatch.setattr(sft, "demo_logprobs", crash)
     with pytest.raises(RuntimeError, match="power cut"):
         run(SMALL + [f"runs_dir={tmp_path}", "name=first"])
-    monkeypatch.setattr(sft, "batch_logits", real)
+    monkeypatch.setattr(sft, "demo_logprobs", real)
     [(name, has_model)] = cache_entries(cache).items()
     assert name.endswith(".partial") and not has_model
     k = torch.load(cache / name / "sft.pt", weights_only=False)["step"]
@@ -263,7 +264,7 @@ def test_pretrained_model_sft_resumes_in_the_run_and_is_not_trained_twice(tmp_pa
         f"runs_dir={tmp_path / 'runs'}",
     ]
     monkeypatch.setattr(sft, "CHECKPOINT_EVERY_S", 0.0)
-    real, calls = sft.batch_logits, []
+    real, calls = sft.demo_logprobs, []
 
     def crash(*a, **kw):
         calls.append(1)
@@ -271,10 +272,10 @@ def test_pretrained_model_sft_resumes_in_the_run_and_is_not_trained_twice(tmp_pa
             raise RuntimeError("power cut")
         return real(*a, **kw)
 
-    monkeypatch.setattr(sft, "batch_logits", crash)
+    monkeypatch.setattr(sft, "demo_logprobs", crash)
     with pytest.raises(RuntimeError, match="power cut"):
         run(args)
-    monkeypatch.setattr(sft, "batch_logits", real)
+    monkeypatch.setattr(sft, "demo_logprobs", real)
     run_dir = tmp_path / "runs" / "real"
     k = torch.load(run_dir / "sft" / "sft.pt", weights_only=False)["step"]
     assert 0 < k < 5 and (run_dir / "sft" / "episodes.pkl").exists()

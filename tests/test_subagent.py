@@ -20,21 +20,18 @@ from turnrl.cli import app
 from turnrl.envs.base import ToolEnv, ToolOutput
 from turnrl.envs.locker import DELEGATED, LockerEnv, LockerExpert, LockerFamily
 from turnrl.envs.scripted import run_scripted
+from turnrl.envs.wrappers import DelegatingEnv, with_subagent
 from turnrl.policy.base import Generation
 from turnrl.policy.models import turn_end_token
 from turnrl.rollout import subagent as subagent_module
 from turnrl.rollout.agent_loop import EpisodeRequest, RolloutLimits, run_episode
 from turnrl.rollout.batcher import GenerationBatcher
-from turnrl.rollout.subagent import (
-    DelegatingEnv,
-    ModelSubagent,
-    start_subagent,
-    subagent_metrics,
-    with_subagent,
-)
+from turnrl.rollout.subagent import ModelSubagent, subagent_metrics
+from turnrl.run import build as build_module
+from turnrl.run.build import start_subagent
+from turnrl.run.config import load_config
+from turnrl.run.recipe import train
 from turnrl.tiny.model import train_tokenizer
-from turnrl.train.config import load_config
-from turnrl.train.loop import train
 from turnrl.types import RewardResult, Task, TerminationReason, ToolCall
 
 PARSER = HermesToolCallParser()
@@ -310,7 +307,7 @@ def snapshots(monkeypatch, tmp_path):
             self.source = args[0]  # the policy being trained
             made.append(self)
 
-    monkeypatch.setattr(subagent_module, "Snapshot", Recorded)
+    monkeypatch.setattr(build_module, "Snapshot", Recorded)
     return made
 
 
@@ -363,7 +360,10 @@ def test_snapshot_refreshes_every_n_steps(snapshots, tmp_path):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["env.name=guess"], "subagent.enabled: env guess gives a subagent nowhere to work"),
+        (
+            ["model.name=tiny", "env.name=guess"],
+            "subagent.enabled: env guess gives a subagent nowhere to work",
+        ),
         (
             ["recipe=locker-tiny", "subagent.model={base_url: ftp://x, model: m}"],
             "subagent.model.base_url: must start with http",

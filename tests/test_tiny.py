@@ -6,10 +6,16 @@ from __future__ import annotations
 import pytest
 
 from turnrl.envs.guess import GuessFamily
+from turnrl.run.config import load_config
 from turnrl.tiny.warm_start import build_tiny
-from turnrl.train.config import load_config
 
-SMALL = ["env.name=guess", "tiny.vocab_size=300", "tiny.hidden_size=32", "tiny.layers=1"]
+SMALL = [
+    "model.name=tiny",
+    "env.name=guess",
+    "tiny.vocab_size=300",
+    "tiny.hidden_size=32",
+    "tiny.layers=1",
+]
 
 
 class NoExpert:
@@ -54,7 +60,7 @@ def test_tokenizer_from_first_turns_when_the_env_has_no_expert(tmp_path, monkeyp
 
 
 def test_tiny_recipes_resolve_to_the_tiny_model_with_sft():
-    from turnrl.train.config import recipe_names
+    from turnrl.run.config import recipe_names
 
     for name in recipe_names():
         cfg = load_config(None, [f"recipe={name}"])

@@ -288,25 +288,27 @@ def test_easy_observations_are_short():
     assert max(len(e.instructions) for e in eps) < 200
 
 
-def test_progress_rewards_sum_to_final_progress():
-    fam = ToolsFamily(progress_reward=True)
+def test_env_measures_progress_towards_the_goal():
+    """What reward.shaping={progress: 1.0} turns into per-turn rewards (the whole path, agent
+    loop and rubric: tests/test_rollout.py)."""
     task = task_of("files_find_delete")
 
-    async def rewards(calls):
-        env = fam.make_env()
+    async def progress(calls):
+        env = FAMILY.make_env()
         await env.reset(task)
-        out = [(await env.step(c)).reward for c in calls]
-        result = await env.grade()
+        out = [env.measure()["progress"]]
+        for c in calls:
+            await env.step(c)
+            out.append(env.measure()["progress"])
         await env.close()
-        return out, result
+        return out
 
-    solve, result = run(rewards(solution_calls(task.payload)))
-    assert sum(solve) == pytest.approx(1.0) and result.success
-    assert all(r >= 0 for r in solve)
+    solve = run(progress(solution_calls(task.payload)))
+    assert solve[0] == 0.0 and solve[-1] == pytest.approx(1.0)
+    assert solve == sorted(solve)  # every call of the solution moves towards the goal
     keep = task.payload["goal"]["files"][0]["path"]  # a file the goal keeps
-    bad, _ = run(rewards([ToolCall("delete_file", {"path": keep})]))
-    assert bad[0] < 0  # deleting a file the goal keeps moves away from the goal
-    assert FAMILY.make_env().progress_reward is False  # off by default
+    bad = run(progress([ToolCall("delete_file", {"path": keep})]))
+    assert bad[1] < 0  # deleting a file the goal keeps moves away from the goal
 
 
 def test_noisy_expert_is_deterministic_and_makes_mistakes():

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
+from turnrl.run.recipe import train
 
 # A context-free bandit: every task hides 5 in [1, 8]; the noisy SFT start guesses at random
 # half the time, so the first guess is right only sometimes. RL must make guess(5) the habit.
 BANDIT = [
     "name=bandit",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 8, secret: 5}",
     "env.eval_tasks=48",
@@ -64,10 +66,14 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def test_config_errors_are_collected_and_name_fields():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["steps=-1", "rollout.group_size=abc", "algo.nope=1", "env.name=mars"])
+        load_config(None, ["steps=-1", "rollout.group_size=abc", "algo.nope=1"])
     text = str(e.value)
-    for field in ("steps", "rollout.group_size", "algo.nope", "env.name"):
+    for field in ("steps", "rollout.group_size", "algo.nope"):
         assert field in text
+    # what depends on the machine is checked at run start, also collected
+    with pytest.raises(ConfigError) as e:
+        checked_config(None, ["env.name=mars", "model.name=/nowhere/model"])
+    assert "env.name: unknown env 'mars'" in str(e.value) and "model.name:" in str(e.value)
     with pytest.raises(ConfigError, match="truncation=bootstrap needs a critic"):
         load_config(None, ["algo.truncation=bootstrap"])
     with pytest.raises(ConfigError, match="unknown recipe 'nope'"):
@@ -94,17 +100,29 @@ def test_default_recipe_only_when_nothing_picks_the_model_or_the_env():
     assert more_eval.name == default.name == "code-tiny" and more_eval.env.eval_tasks == 200
     assert more_eval.sft == default.sft and more_eval.env.options == default.env.options
     assert default.sft.enabled and default.env.options == {"tiers": [0]}
+    assert default.model.name == "tiny" and default.tiny is not None
     for picks in (["env.name=guess"], ["model.name=tiny"], ["model.name=smollm2"]):
         cfg = load_config(None, picks)
         assert cfg.name == "run" and not cfg.sft.enabled, picks
     assert load_config(None, ["env.name=guess"]).env.options == {}
 
 
+def test_library_defaults_serve_a_pretrained_model():
+    """The schema's model is smollm2: a config that picks only the env, a config file or a
+    bare TrainConfig gets it (and no tiny section); the tiny model is asked for by name."""
+    from turnrl.run.config import TinyConfig, TrainConfig
+
+    assert TrainConfig().model.name == "smollm2" and TrainConfig().tiny is None
+    picked_env = load_config(None, ["env.name=guess"])
+    assert picked_env.model.name == "smollm2" and picked_env.tiny is None
+    assert load_config(None, ["model.name=tiny"]).tiny == TinyConfig()
+
+
 def test_real_model_config_has_sft_off_and_no_tiny_settings():
     """A pretrained model gets the library defaults: no SFT, a fine-tuning learning rate, the
     env's own default tasks (code tiers 1-3), and none of the tiny model's settings."""
     from turnrl.envs.registry import make_family
-    from turnrl.train.config import TinyConfig
+    from turnrl.run.config import TinyConfig
 
     cfg = load_config(None, ["model.name=smollm2", "model.lora=true"])
     assert cfg.name == "run" and cfg.model.name == "smollm2"
@@ -117,11 +135,12 @@ def test_real_model_config_has_sft_off_and_no_tiny_settings():
     # the tiny section is the tiny model's: asking for it with another model is an error
     with pytest.raises(ConfigError, match="tiny: settings of the tiny model"):
         load_config(None, ["model.name=smollm2", "tiny.layers=2"])
-    assert load_config(None, ["env.name=guess"]).tiny == TinyConfig()
+    with pytest.raises(ConfigError, match="tiny: settings of the tiny model"):
+        load_config(None, ["env.name=guess", "tiny.layers=2"])
 
 
 def test_bad_env_option_fails_before_work(tmp_path):
-    from turnrl.train.config import TrainConfig
+    from turnrl.run.config import TrainConfig
 
     cfg = load_config(
         None, BANDIT + [f"runs_dir={tmp_path}", "env.options={low: 1, high: 8, colour: red}"]
@@ -241,13 +260,13 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
 @pytest.mark.parametrize(
     "extra",
     [
-        ["mode=async", "max_staleness=1", "algo.is_correction=tis"],
-        ["mode=async", "max_staleness=2", "sync_every=2", "algo.is_correction=decoupled"],
-        pytest.param(["distributed.backend=ray", "distributed.num_workers=2"], id="ray"),
+        ["max_staleness=1", "algo.is_correction=tis"],
+        ["max_staleness=2", "sync_every=2", "algo.is_correction=decoupled"],
+        pytest.param(["rollout.workers=ray", "ray.num_workers=2"], id="ray"),
     ],
 )
-def test_async_and_ray_modes_train(tmp_path, extra):
-    if "distributed.backend=ray" in extra:
+def test_async_and_ray_workers_train(tmp_path, extra):
+    if "rollout.workers=ray" in extra:
         pytest.importorskip("ray", reason="the ray extra is not installed")
     cfg = load_config(
         None,
@@ -256,7 +275,7 @@ def test_async_and_ray_modes_train(tmp_path, extra):
     run_dir = train(cfg, quiet=True, log=lambda s: None)
     steps = [r for r in metrics(run_dir) if "reward/mean" in r]
     assert [r["policy_version"] for r in steps] == [1, 2, 3]
-    if cfg.mode == "async":
+    if cfg.rollout.workers == "local":
         assert all(r["async/staleness_max"] <= cfg.max_staleness for r in steps)
         assert any("train/is_weight_mean" in r for r in steps)
     else:
@@ -317,7 +336,7 @@ def test_tiny_tokenizer_writes_a_tool_call_frame_in_few_tokens():
 def test_evaluation_samples_like_rollouts_unless_told_otherwise():
     from types import SimpleNamespace
 
-    from turnrl.train.loop import _sampling
+    from turnrl.run.build import sampling_of as _sampling
 
     renderer = SimpleNamespace(turn_end_id=7)
     cfg = load_config(overrides=["rollout.temperature=0.8"])
@@ -328,3 +347,57 @@ def test_evaluation_samples_like_rollouts_unless_told_otherwise():
     assert _sampling(cfg, renderer).temperature == 1.0
     with pytest.raises(ConfigError, match="eval_temperature"):
         load_config(overrides=["rollout.eval_temperature=-1"])
+
+
+def test_earlier_keys_for_where_work_runs_are_refused_naming_their_successors(tmp_path):
+    """On the command line and in a config file each key of an earlier version is one line
+    naming what replaced it; nothing is started. (A run's own saved config.yaml is translated
+    instead: tests/test_export.py evaluates and exports such a run.)"""
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    runner = CliRunner()
+    args = ["mode=async", "rollout.backend=hf", "distributed.backend=ray"]
+    out = runner.invoke(app, ["train", *args, "distributed.num_workers=4", f"runs_dir={tmp_path}"])
+    assert out.exit_code == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "config error (nothing was started):",
+        "  mode: removed; asynchronous rollouts are max_staleness=N (N >= 1; 0 is synchronous)",
+        "  rollout.backend: renamed rollout.sampler (hf or vllm)",
+        "  distributed.backend: renamed rollout.workers (local or ray)",
+        "  distributed.num_workers: renamed ray.num_workers",
+    ]
+    f = tmp_path / "old.yaml"
+    f.write_text(yaml.safe_dump({"mode": "sync", "rollout": {"group_size": 4}}))
+    with pytest.raises(ConfigError, match=r"^mode: removed; asynchronous rollouts are "):
+        load_config(f)
+    with pytest.raises(ConfigError) as e:  # per-turn shaping is the rubric's
+        load_config(None, ["env.name=tools", "env.options={progress_reward: true}"])
+    assert str(e.value) == (
+        "env.options.progress_reward: moved to the rubric: reward.shaping={progress: 1.0}"
+    )
+    # ... and translated in a run's saved config (what turnrl eval/export/--resume read)
+    from turnrl.run.config import TrainConfig, upgrade_saved
+
+    saved = load_config(None, ["env.name=tools"]).model_dump()
+    saved["env"]["options"]["progress_reward"] = True
+    upgraded = TrainConfig.model_validate(upgrade_saved(saved))
+    assert upgraded.reward.shaping == {"progress": 1.0} and upgraded.env.options == {}
+    assert not list(tmp_path.glob("run*"))
+
+
+def test_where_work_runs_options_act_only_where_they_apply():
+    """One key per part of where work runs; an option set where it does nothing is refused,
+    all at once."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["inflight=finish_old", "ray.num_workers=4", "sync_every=3"])
+    assert str(e.value).splitlines() == [
+        "sync_every=3 must be <= max_staleness + 1 = 1 (older weights would exceed the bound)",
+        "inflight: only with asynchronous local rollouts (max_staleness >= 1)",
+        "ray.num_workers: only with rollout.workers=ray",
+    ]
+    cfg = load_config(None, ["rollout.workers=ray", "ray.num_workers=4", "max_staleness=2"])
+    assert (cfg.rollout.workers, cfg.ray.num_workers, cfg.max_staleness) == ("ray", 4, 2)
+    with pytest.raises(ConfigError, match="subagent.enabled: only with rollout.workers=local"):
+        load_config(None, ["recipe=locker-tiny", "rollout.workers=ray"])

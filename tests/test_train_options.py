@@ -1,6 +1,6 @@
 """One real training step for every value of every enumerated training option.
 
-Each case runs :func:`turnrl.train.loop.train` for one step on a tiny guess task (a noisy warm
+Each case runs :func:`turnrl.run.recipe.train` for one step on a tiny guess task (a noisy warm
 start, so rewards are mixed) and checks that the loss is finite and that the policy's weights
 moved. A config option that exists but does nothing, or crashes, fails here.
 """
@@ -17,11 +17,12 @@ from transformers import LlamaForCausalLM
 
 from turnrl.policy.vllm import NEEDS as VLLM_NEEDS
 from turnrl.policy.vllm import vllm_available
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.recipe import train
 
 TINY = [
     "name=opt",
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 4}",
     "env.eval_tasks=2",
@@ -60,10 +61,10 @@ OPTIONS = {
     "algo.is_level": ["token", "sequence"],
     "algo.is_mode": ["clamp", "mask"],
     "algo.kl_estimator": ["k1", "k3"],
-    "mode": ["sync", "async"],
+    "max_staleness": [0, 1],
     "inflight": ["continue_new", "finish_old"],
     "optim.gradient_checkpointing": [True, False],
-    "rollout.backend": ["hf", "vllm"],
+    "rollout.sampler": ["hf", "vllm"],
 }
 # options that only act together with another one
 NEEDS = {
@@ -72,10 +73,10 @@ NEEDS = {
     "algo.truncation": ["algo.entropy_coef=0.01"],
     "algo.gigpo_norm": ["algo.advantage=gigpo"],
     "algo.anchors": ["algo.advantage=gigpo"],
-    "algo.is_level": ["algo.is_correction=tis", "mode=async"],
-    "algo.is_mode": ["algo.is_correction=tis", "algo.is_cap=1.01", "mode=async"],
+    "algo.is_level": ["algo.is_correction=tis", "max_staleness=1"],
+    "algo.is_mode": ["algo.is_correction=tis", "algo.is_cap=1.01", "max_staleness=1"],
     "algo.kl_estimator": ["algo.kl_coef=0.1"],
-    "inflight": ["mode=async"],
+    "inflight": ["max_staleness=1"],
 }
 CASES = [[f"{key}={v}", *NEEDS.get(key, [])] for key, values in OPTIONS.items() for v in values]
 CASES += [
@@ -111,7 +112,7 @@ def weights_moved(run_dir: Path) -> bool:
 
 @pytest.mark.parametrize("extra", CASES, ids=[" ".join(c) for c in CASES])
 def test_one_training_step_per_option(tmp_path, cache, extra, monkeypatch):
-    if "rollout.backend=vllm" in extra and not vllm_available():
+    if "rollout.sampler=vllm" in extra and not vllm_available():
         pytest.skip(VLLM_NEEDS)
     row, run_dir = one_step(tmp_path, cache, extra, monkeypatch)
     assert math.isfinite(row["loss"]), row
@@ -138,7 +139,7 @@ def test_gae_turn_critic_is_checkpointed_and_resumed(tmp_path, cache, monkeypatc
 
 
 def test_critic_options_without_a_critic_are_refused():
-    from turnrl.train.config import ConfigError
+    from turnrl.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="value_clip: needs a critic, set advantage=gae_turn"):
         load_config(None, ["algo.value_clip=0.2"])
@@ -148,11 +149,23 @@ def test_critic_options_without_a_critic_are_refused():
 def test_vllm_backend_config():
     """vLLM samples with other kernels than the trainer: truncated importance sampling is on
     unless chosen otherwise; only synchronous local runs push weights to it."""
-    assert load_config(None, ["env.name=guess", "rollout.backend=vllm"]).algo.is_correction == "tis"
-    chosen = ["env.name=guess", "rollout.backend=vllm", "algo.is_correction=none"]
+    assert (
+        load_config(
+            None, ["model.name=tiny", "env.name=guess", "rollout.sampler=vllm"]
+        ).algo.is_correction
+        == "tis"
+    )
+    chosen = [
+        "model.name=tiny",
+        "env.name=guess",
+        "rollout.sampler=vllm",
+        "algo.is_correction=none",
+    ]
     assert load_config(None, chosen).algo.is_correction == "none"
-    with pytest.raises(ConfigError, match="rollout.backend=vllm: only with mode=sync"):
-        load_config(None, ["env.name=guess", "rollout.backend=vllm", "mode=async"])
+    with pytest.raises(ConfigError, match="rollout.sampler=vllm: only with rollout.workers=local"):
+        load_config(
+            None, ["model.name=tiny", "env.name=guess", "rollout.sampler=vllm", "max_staleness=1"]
+        )
 
 
 def test_vllm_backend_without_a_gpu_is_one_line(tmp_path, monkeypatch):
@@ -163,9 +176,11 @@ def test_vllm_backend_without_a_gpu_is_one_line(tmp_path, monkeypatch):
     from turnrl.cli import app
 
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["train", "env.name=guess", "rollout.backend=vllm"])
+    result = CliRunner().invoke(
+        app, ["train", "model.name=tiny", "env.name=guess", "rollout.sampler=vllm"]
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"config error: rollout.backend: {VLLM_NEEDS} (nothing was started)"
+        f"config error: rollout.sampler: {VLLM_NEEDS} (nothing was started)"
     ]
     assert not (tmp_path / "runs").exists()

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from turnrl.cli import app
 from turnrl.envs.registry import EnvClassFamily, make_family, resolve_env_name
 from turnrl.envs.task_files import TaskFileError, read_tasks
-from turnrl.train.config import ConfigError, load_config
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.preflight import checked_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples.calculator:CalculatorEnv"
@@ -67,7 +68,13 @@ def _metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_example_env_trains_evals_and_resumes_by_import_path(tmp_path, monkeypatch):
     runs, cache = tmp_path / "runs", tmp_path / "cache"
-    train = ["train", "--quiet", f"env.name={EXAMPLE}", "env.tasks=examples/calculator_tasks.jsonl"]
+    train = [
+        "train",
+        "--quiet",
+        "model.name=tiny",
+        f"env.name={EXAMPLE}",
+        "env.tasks=examples/calculator_tasks.jsonl",
+    ]
     done = _cli([*train, *SMALL, "name=calc", "steps=3", f"runs_dir={runs}"], ROOT, cache)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no scripted expert" in done.stdout  # the tiny tokenizer came from the env's own text
@@ -88,11 +95,23 @@ def test_example_env_trains_evals_and_resumes_by_import_path(tmp_path, monkeypat
     assert f"resumed {run_dir} at step 3" in out.output
     assert [m["step"] for m in _metrics(run_dir) if "reward/mean" in m] == [1, 2, 3, 4]
 
-    # where the env's module cannot be imported, eval and resume stop with one clear line
-    before = sorted(p.name for p in run_dir.iterdir())
+    # the run recorded where its env's module was found (env.path): eval and resume work from
+    # any directory
+    assert saved.env.path == str(ROOT)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for args in (["eval", str(run_dir)], ["train", "--resume", str(run_dir), "steps=5"]):
+    away = _cli(["eval", str(run_dir), "--tasks", "2", "--no-baselines"], elsewhere, cache)
+    assert away.returncode == 0, away.stdout + away.stderr
+    assert "examples.calculator:CalculatorEnv" in away.stdout
+    away = _cli(["train", "--quiet", "--resume", str(run_dir), "steps=5"], elsewhere, cache)
+    assert away.returncode == 0, away.stdout + away.stderr
+    assert [m["step"] for m in _metrics(run_dir) if "reward/mean" in m] == [1, 2, 3, 4, 5]
+
+    # where the env's module cannot be imported at all, eval and resume stop with one clear line
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace(f"path: {ROOT}", f"path: {elsewhere}"))
+    before = sorted(p.name for p in run_dir.iterdir())
+    for args in (["eval", str(run_dir)], ["train", "--resume", str(run_dir), "steps=6"]):
         gone = _cli(args, elsewhere, cache)
         assert gone.returncode == 2, gone.stdout + gone.stderr
         assert "env.name: cannot import 'examples.calculator'" in " ".join(gone.stderr.split())
@@ -149,15 +168,22 @@ def test_config_errors_for_user_envs(tmp_path):
     }
     for override, says in cases.items():
         with pytest.raises(ConfigError) as e:
-            load_config(None, [override, "sft.enabled=false"])
+            checked_config(None, [override, "sft.enabled=false"])
         assert says in str(e.value) and len(str(e.value).splitlines()) == 1, str(e.value)
     # SFT needs demonstrations, so an env without an expert must say so before any work
     with pytest.raises(
         ConfigError, match="sft.enabled: env examples.calculator:CalculatorEnv has no expert"
     ):
-        load_config(None, [f"env.name={EXAMPLE}", "sft.enabled=true"])
+        checked_config(None, ["model.name=tiny", f"env.name={EXAMPLE}", "sft.enabled=true"])
     out = runner.invoke(
-        app, ["train", f"env.name={EXAMPLE}", "sft.enabled=true", f"runs_dir={tmp_path}"]
+        app,
+        [
+            "train",
+            "model.name=tiny",
+            f"env.name={EXAMPLE}",
+            "sft.enabled=true",
+            f"runs_dir={tmp_path}",
+        ],
     )
     assert out.exit_code == 2 and "sft.enabled" in out.output
     assert not any(tmp_path.iterdir())
@@ -173,7 +199,7 @@ def test_entry_point_envs_are_listed_and_recorded_as_import_paths(tmp_path, monk
     assert out.exit_code == 0
     assert "calc" in out.output and EXAMPLE in out.output and "code-tiny" in out.output
     assert resolve_env_name("calc") == EXAMPLE
-    cfg = load_config(None, ["env.name=calc", "sft.enabled=false"])
+    cfg = checked_config(None, ["model.name=tiny", "env.name=calc", "sft.enabled=false"])
     assert cfg.env.name == EXAMPLE  # what the run records: the target, not the alias
 
 
@@ -186,7 +212,7 @@ def test_shipped_env_with_a_tasks_file(tmp_path):
             for i, r in enumerate(rows)
         )
     )
-    cfg = load_config(None, ["env.name=guess", f"env.tasks={f}"])
+    cfg = load_config(None, ["model.name=tiny", "env.name=guess", f"env.tasks={f}"])
     family = make_family(cfg.env.name, cfg.env.options, cfg.env.tasks)
     assert [t.payload["secret"] for t in family.tasks("test")] == [1, 2]
     assert len(family.tasks("train", 3)) == 3 and family.tasks("train")[0].env == "guess"
@@ -253,6 +279,7 @@ def test_bad_rows_are_all_reported_by_line_and_nothing_starts(tmp_path):
         app,
         [
             "train",
+            "model.name=tiny",
             f"env.name={EXAMPLE}",
             f"env.tasks={f}",
             "sft.enabled=false",
@@ -266,14 +293,27 @@ def test_bad_rows_are_all_reported_by_line_and_nothing_starts(tmp_path):
 
 def test_tasks_source_errors(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="env.tasks: .*missing.jsonl: no such file"):
-        load_config(None, [f"env.name={EXAMPLE}", f"env.tasks={tmp_path / 'missing.jsonl'}"])
+        checked_config(
+            None,
+            ["model.name=tiny", f"env.name={EXAMPLE}", f"env.tasks={tmp_path / 'missing.jsonl'}"],
+        )
     only_train = tmp_path / "train_only.jsonl"
     only_train.write_text('{"split": "train", "payload": {"question": "q", "answer": 1}}\n')
     with pytest.raises(ConfigError, match="no 'test' rows"):
-        load_config(None, [f"env.name={EXAMPLE}", f"env.tasks={only_train}", "sft.enabled=false"])
+        checked_config(
+            None,
+            [
+                "model.name=tiny",
+                f"env.name={EXAMPLE}",
+                f"env.tasks={only_train}",
+                "sft.enabled=false",
+            ],
+        )
     monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
     with pytest.raises(ConfigError, match="needs the 'datasets' package"):
-        load_config(None, [f"env.name={EXAMPLE}", "env.tasks=someone/calc-dataset"])
+        checked_config(
+            None, ["model.name=tiny", f"env.name={EXAMPLE}", "env.tasks=someone/calc-dataset"]
+        )
 
 
 def test_datasets_rows_and_splits(monkeypatch):

@@ -143,8 +143,8 @@ def runs(tmp_path_factory):
     """Two real 2-step runs of the guess env: the first through the CLI with its output to a
     pipe (as into a log file), the second, in-process, with another learning rate, for
     overlays. Returns (first, second, the first's output)."""
-    from turnrl.train.config import load_config
-    from turnrl.train.loop import train
+    from turnrl.run.config import load_config
+    from turnrl.run.recipe import train
 
     root = tmp_path_factory.mktemp("view-runs")
     cache = str(root / "cache")
@@ -370,8 +370,8 @@ def test_exported_page_works_offline(browser, runs, tmp_path):
 
 def test_wandb_offline_logs_metrics_and_trajectory_tables(tmp_path, monkeypatch, runs):
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
-    from turnrl.train.config import load_config
-    from turnrl.train.loop import train
+    from turnrl.run.config import load_config
+    from turnrl.run.recipe import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -389,8 +389,8 @@ def test_wandb_offline_logs_metrics_and_trajectory_tables(tmp_path, monkeypatch,
 
 def test_wandb_requested_but_missing_fails_before_work(tmp_path, monkeypatch):
     import turnrl.view.wandb_log as wandb_log
-    from turnrl.train.config import load_config
-    from turnrl.train.loop import train
+    from turnrl.run.config import load_config
+    from turnrl.run.recipe import train
 
     monkeypatch.setattr(wandb_log.importlib.util, "find_spec", lambda name: None)
     cfg = load_config(None, [*GUESS, f"runs_dir={tmp_path}", "logging.wandb=true"])

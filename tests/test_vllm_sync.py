@@ -19,15 +19,16 @@ import turnrl.policy.vllm as vllm_mod
 from turnrl.policy.hf import HFPolicy
 from turnrl.policy.models import load_tokenizer
 from turnrl.policy.vllm import save_adapter, save_base, vllm_lora_rank
-from turnrl.train.config import ConfigError, load_config
-from turnrl.train.loop import train
+from turnrl.run.config import ConfigError, load_config
+from turnrl.run.recipe import train
 
 RUN = [
+    "model.name=tiny",
     "env.name=guess",
     "env.options={low: 1, high: 4}",
     "env.eval_tasks=2",
     "env.train_tasks=8",
-    "rollout.backend=vllm",
+    "rollout.sampler=vllm",
     "rollout.tasks_per_step=2",
     "rollout.group_size=2",
     "rollout.max_turns=2",
@@ -215,19 +216,19 @@ def test_vllm_lora_rank_rounds_up_to_a_served_rank():
 
 
 BAD = [
-    (["sync_every=2"], "sync_every: the hf sampler is the trainer's own model"),
-    (["rollout.vllm_gpu_memory=0.5"], "rollout.vllm_gpu_memory: only with rollout.backend=vllm"),
+    (["sync_every=2"], "sync_every=2 must be <= max_staleness + 1 = 1"),
+    (["rollout.vllm_gpu_memory=0.5"], "rollout.vllm_gpu_memory: only with rollout.sampler=vllm"),
     (
-        ["rollout.backend=vllm", "rollout.vllm_gpu_memory=0.95"],
+        ["rollout.sampler=vllm", "rollout.vllm_gpu_memory=0.95"],
         "rollout.vllm_gpu_memory=0.95: the trainer shares cuda:0 with vLLM",
     ),
-    (["rollout.backend=vllm", "rollout.vllm_gpu_memory=1"], "rollout.vllm_gpu_memory: Input"),
-    (["rollout.backend=vllm", "rollout.vllm_lora=merged"], "only with model.lora=true"),
+    (["rollout.sampler=vllm", "rollout.vllm_gpu_memory=1"], "rollout.vllm_gpu_memory: Input"),
+    (["rollout.sampler=vllm", "rollout.vllm_lora=merged"], "only with model.lora=true"),
     (
-        ["rollout.backend=vllm", "model.name=smollm2", "model.lora=true", "model.lora_rank=1024"],
+        ["rollout.sampler=vllm", "model.name=smollm2", "model.lora=true", "model.lora_rank=1024"],
         "model.lora_rank=1024: vLLM serves LoRA ranks up to 512",
     ),
-    (["model.device=cuda:1"], "model: device: cuda:1 asked for, but no CUDA device is visible"),
+    (["model.device=cuda:1"], "model.device: cuda:1 asked for, but no CUDA device is visible"),
     (["model.device=gpu"], "model.device: String should match pattern"),
     (["model.lora=true"], "model.lora: the tiny model trains all its weights"),
 ]
@@ -242,7 +243,7 @@ def test_bad_vllm_combinations_fail_in_one_line(extra, message, tmp_path, monkey
     from turnrl.cli import app
 
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["train", "env.name=guess", *extra])
+    result = CliRunner().invoke(app, ["train", "model.name=tiny", "env.name=guess", *extra])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
@@ -252,10 +253,12 @@ def test_bad_vllm_combinations_fail_in_one_line(extra, message, tmp_path, monkey
 def test_vllm_sync_every_needs_no_staleness_setting():
     """Synchronous vLLM lags by at most sync_every - 1 by construction; max_staleness bounds
     only asynchronous producers."""
-    cfg = load_config(None, ["env.name=guess", "rollout.backend=vllm", "sync_every=4"])
+    cfg = load_config(
+        None, ["model.name=tiny", "env.name=guess", "rollout.sampler=vllm", "sync_every=4"]
+    )
     assert cfg.sync_every == 4
-    with pytest.raises(ConfigError, match="sync_every must be <= max_staleness"):
-        load_config(None, ["env.name=guess", "mode=async", "sync_every=4"])
+    with pytest.raises(ConfigError, match="sync_every=4 must be <= max_staleness"):
+        load_config(None, ["model.name=tiny", "env.name=guess", "max_staleness=1", "sync_every=4"])
 
 
 def test_vllm_policy_passes_the_adapter_to_every_generation(monkeypatch, tmp_path):

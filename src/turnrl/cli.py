@@ -1,4 +1,4 @@
-"""The ``turnrl`` command line.
+"""The ``turnrl`` command line. It talks only to :mod:`turnrl.run`, the composition root.
 
 Every command runs inside :class:`_Commands`, which turns an error into one or two lines
 (the file, field or path, and what to do) and an exit code: 2 for bad input, 130 for Ctrl-C,
@@ -19,7 +19,7 @@ import click
 import typer
 from rich.console import Console
 
-from turnrl.train.config import ConfigError, load_config, recipe_names
+from turnrl.run.config import ConfigError, load_config, recipe_names
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # soft_wrap: one message stays one line
@@ -101,7 +101,7 @@ def _bad_input(message: str) -> typer.Exit:
 @contextmanager
 def _template_errors():
     """A model whose chat template breaks the token-exact contract: one line, exit 2."""
-    from turnrl.chat import TemplateError
+    from turnrl.run.commands import TemplateError
 
     try:
         yield
@@ -118,7 +118,7 @@ def check_template(
     ] = "auto",
 ) -> None:
     """Check a model's chat template against what token-exact episodes need."""
-    from turnrl.chat import check_model_template
+    from turnrl.run.commands import check_template as check_model_template
 
     if tool_format not in ("auto", "hermes", "llama3", "mistral", "json"):
         console.print(
@@ -146,7 +146,7 @@ def train(
     ] = False,
 ) -> None:
     """Train a policy (default: the tiny model on the code env, SFT warm start then RL)."""
-    from turnrl.train.loop import train as run_training
+    from turnrl.run.recipe import train as run_training
 
     if resume is not None:
         if not (resume / "config.yaml").exists():
@@ -154,7 +154,7 @@ def train(
                 f"--resume {resume}: not a run directory (no config.yaml); give the directory "
                 "a run was written to, such as runs/NAME"
             )
-        cfg = _config(resume / "config.yaml", overrides)
+        cfg = _run_config(resume, overrides)
     else:
         cfg = _config(config, overrides)
     # Plain lines to a file or pipe: rich would wrap them at 80 columns there.
@@ -194,11 +194,18 @@ def evaluate(
         int | None, typer.Option(help="endpoint max_tokens per reply (unset: server default)")
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each endpoint reply")] = 60,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            help="keep the episodes here for turnrl view (default: runs_dir/eval-TARGET-ENV)"
+        ),
+    ] = None,
 ) -> None:
-    """Evaluate a checkpoint or model on held-out tasks: success, pass@k, pass^k, mean turns.
-    With --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
-    from turnrl.train.eval_cli import run_eval
-    from turnrl.train.preflight import HubUnavailable, check_model
+    """Evaluate a run, a model or an endpoint on held-out tasks: success, pass@k, pass^k, mean
+    turns, the endings by reason; the episodes are kept as records turnrl view opens. With
+    --endpoint URL --model NAME, an external model is the agent (overrides pick the env)."""
+    from turnrl.run.evaluate import records_dir, run_eval
+    from turnrl.run.preflight import HubUnavailable, check_model
 
     if endpoint is not None:
         _eval_endpoint(
@@ -210,6 +217,7 @@ def evaluate(
             tasks,
             baselines,
             out,
+            records,
             temperature=temperature,
             max_tokens=max_tokens,
             timeout=timeout,
@@ -225,7 +233,7 @@ def evaluate(
         raise typer.Exit(2)
     run_dir = Path(target)
     if (run_dir / "config.yaml").exists():
-        cfg = _config(run_dir / "config.yaml", overrides)
+        cfg = _run_config(run_dir, overrides)
     else:
         try:
             check_model(target, field="eval")
@@ -245,8 +253,9 @@ def evaluate(
             "greedily (k identical tries): drop it or set rollout.eval_temperature=1.0"
         )
         raise typer.Exit(2)
+    folder = records or records_dir(cfg, target, run_dir)
     with _template_errors():
-        results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines)
+        results = run_eval(cfg, run_dir, k=k, n_tasks=tasks, baselines=baselines, records=folder)
     _print_results(results, out)
 
 
@@ -257,11 +266,32 @@ def _print_results(results: dict, out: Path | None) -> None:
         )
     if out is not None:
         out.write_text(json.dumps(results, indent=2))
+    if "records" in results:
+        folder = results["records"]
+        console.print(
+            f"episodes kept in {folder} (browse: turnrl view {folder})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
-def _eval_endpoint(endpoint, model, target, overrides, k, tasks, baselines, out, **sampling):
-    from turnrl.policy.openai import OpenAIChat, OpenAIError
-    from turnrl.rollout.endpoint_agent import run_endpoint_eval
+def _run_config(run_dir: Path, overrides: list[str] | None):
+    """A run's saved config with ``overrides``; a saved ``model.device`` this machine lacks
+    becomes auto (said on the console), so a run trained on a GPU evaluates and exports here."""
+    from turnrl.run.rundir import run_config
+
+    cfg, note = run_config(run_dir, overrides or [])
+    if note:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
+    return cfg
+
+
+def _eval_endpoint(
+    endpoint, model, target, overrides, k, tasks, baselines, out, records, **sampling
+):
+    from turnrl.run.commands import OpenAIChat, OpenAIError
+    from turnrl.run.evaluate import records_dir, run_eval
 
     # with no run or model to name, the first override lands in TARGET
     cfg = _config(None, [*([target] if target else []), *(overrides or [])])
@@ -271,7 +301,10 @@ def _eval_endpoint(endpoint, model, target, overrides, k, tasks, baselines, out,
         console.print(f"[red]--endpoint/--model[/red]: {e}")
         raise typer.Exit(2) from None
     try:
-        results = run_endpoint_eval(cfg, chat, k=k, n_tasks=tasks, baselines=baselines)
+        folder = records or records_dir(cfg, model or "endpoint")
+        results = run_eval(
+            cfg, None, k=k, n_tasks=tasks, baselines=baselines, chat=chat, records=folder
+        )
     except OpenAIError as e:
         console.print(f"[red]endpoint[/red]: {e}")
         raise typer.Exit(1) from None
@@ -285,7 +318,7 @@ def export(
 ) -> None:
     """Write a run's latest policy to OUT as a transformers save_pretrained directory (LoRA
     merged), loadable with AutoModelForCausalLM.from_pretrained(OUT)."""
-    from turnrl.train.export import export_run
+    from turnrl.run.rundir import export_run
 
     if not (run_dir / "config.yaml").exists():
         console.print(f"[red]{run_dir}[/red]: no config.yaml; not a run directory")
@@ -293,7 +326,7 @@ def export(
     if out.exists():
         console.print(f"[red]{out}[/red] already exists; give a new path")
         raise typer.Exit(2)
-    cfg = _config(run_dir / "config.yaml", [])
+    cfg = _run_config(run_dir, [])
     console.print(f"written: {export_run(run_dir, out, cfg)}")
 
 
@@ -313,7 +346,7 @@ def view(
 ) -> None:
     """Browse runs: metric curves overlaid, per-task and per-tier success, and every token of
     the recorded trajectories with its logprobs, ratio and advantage."""
-    from turnrl.view.data import find_runs
+    from turnrl.run.rundir import find_runs
 
     try:
         run_dirs = find_runs(runs)
@@ -321,11 +354,11 @@ def view(
         console.print(f"[red]turnrl view[/red]: {e}")
         raise typer.Exit(2) from None
     if export is not None:
-        from turnrl.view.export import export_html
+        from turnrl.run.rundir import export_html
 
         console.print(str(export_html(run_dirs, export, records_mb=records_mb)))
         return
-    from turnrl.view.server import make_server
+    from turnrl.run.rundir import make_server
 
     try:
         server = make_server(run_dirs, port=port)
@@ -357,8 +390,7 @@ def report(
     reward-drift panel when RUN_DIR/audit.json exists)."""
     import shutil
 
-    from turnrl.view.data import AUDIT_NAME, is_run, read_audit_c
-    from turnrl.view.export import export_html
+    from turnrl.run.rundir import AUDIT_NAME, export_html, is_run, read_audit_c
 
     if not is_run(run_dir):
         console.print(f"[red]{run_dir}[/red] has no metrics.jsonl")
@@ -394,8 +426,9 @@ def audit(
 ) -> None:
     """Estimate how far reward can drift: the share c of wrong solutions the tests catch, and
     the predicted gap (1 - p)(1 - c) between proxy reward and true success."""
-    from turnrl.rewards.audit import parse_kinds, run_audit
-    from turnrl.train.config import parse_overrides
+    from turnrl.run.commands import audit as run_audit
+    from turnrl.run.commands import parse_kinds
+    from turnrl.run.config import parse_overrides
 
     if env not in ("code", "code-weak"):
         raise _bad_input(
@@ -424,14 +457,14 @@ def audit(
 @app.command()
 def envs() -> None:
     """List the environments (shipped and installed) and the recipes shipped with turnrl."""
-    from turnrl.envs.registry import ENTRY_POINT_GROUP, SHIPPED, installed_envs
+    from turnrl.run.commands import env_listing
 
+    shipped, installed, group = env_listing()
     console.print("[bold]environments[/bold] (env.name=NAME)")
-    for name, (_, text) in SHIPPED.items():
+    for name, text in shipped:
         console.print(f"  {name:<10} {text}")
-    installed = installed_envs()
-    console.print(f"[bold]installed[/bold] (entry points in the group {ENTRY_POINT_GROUP!r})")
-    for name, target in installed.items():
+    console.print(f"[bold]installed[/bold] (entry points in the group {group!r})")
+    for name, target in installed:
         console.print(f"  {name:<10} {target}")
     if not installed:
         console.print("  none")
@@ -452,14 +485,10 @@ def doctor(
 ) -> None:
     """Check an env before training: tool schemas, the reset/step/grade contract, the expert,
     do-nothing and random agents near 0, deterministic replay, grade never raising, timings."""
-    from turnrl.envs.doctor import print_checks, run_doctor
+    from turnrl.run.commands import doctor as run_doctor
 
     cfg = _config(None, [f"env.name={env}", "sft.enabled=false", *(overrides or [])])
-    checks = run_doctor(
-        cfg.env.name, cfg.env.options, cfg.env.tasks, tasks, cfg.rollout.max_turns, cfg.seed
-    )
-    print_checks(checks, console, title=f"turnrl doctor {cfg.env.name}")
-    if any(c.ok is False for c in checks):
+    if not run_doctor(cfg, tasks, console):
         raise typer.Exit(1)
 
 

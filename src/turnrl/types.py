@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,6 +68,11 @@ class Turn:
     Spans are half-open ``[start, end)``. ``behavior_logprobs`` has one entry per action token.
     ``anchor`` is the raw environment state after the turn (hashable), used by GiGPO to form
     step groups.
+
+    What the env reported (``env_reward``: the rewards its steps returned; ``measures``: what it
+    measured of its state after the turn, ``ToolEnv.measure()``) is evidence; ``reward``, the
+    per-turn reward the trainer uses, is decided from it by the run's rubric
+    (:func:`turnrl.rewards.rubric.score_trajectories`), like the episode's final reward.
     """
 
     action_start: int
@@ -75,13 +81,15 @@ class Turn:
     obs_end: int
     behavior_logprobs: list[float]
     policy_version: int
-    reward: float = 0.0
+    reward: float = 0.0  # decided by the rubric; 0.0 until the episode is scored
     anchor: Any = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     parse_error: str | None = None
     # the action did not parse, or the env rejected a call as malformed (unknown tool, bad
     # arguments): it changed nothing, so it earns no positive credit (see no_credit_for_malformed)
     malformed: bool = False
+    env_reward: float = 0.0  # sum of StepResult.reward over the turn's calls
+    measures: dict[str, float] = field(default_factory=dict)  # env.measure() after the turn
 
 
 @dataclass
@@ -122,6 +130,8 @@ class Trajectory:
     graded: RewardResult | None = None
     # offsets in token_ids where a rewritten context starts; empty: one segment (no rewrite)
     segment_starts: list[int] = field(default_factory=list)
+    # env.measure() right after reset: where per-turn shaping starts (Turn.measures after each)
+    reset_measures: dict[str, float] = field(default_factory=dict)
 
     def segments(self) -> list[tuple[int, int]]:
         """Half-open ``[start, end)`` spans of the segments in ``token_ids``."""
@@ -177,11 +187,23 @@ class Trajectory:
                     )
 
 
+# Flags that record a finding about an episode, not an attempt to cheat: a screener that
+# failed, a fix that passes only the visible tests, a reward that was not a number. They stay
+# on the trajectory and in its record, but never count as a hack (``hack_rate``, ``hacked``).
+FINDINGS = frozenset({"screener_error", "visible_only", "non_finite_reward"})
+
+
+def is_hack(flags: Iterable[str]) -> bool:
+    """Some flag is evidence of tampering or looked-up answers, not only a finding."""
+    return any(f not in FINDINGS for f in flags)
+
+
 @dataclass
 class RewardResult:
     """A graded episode. ``reward`` is what training sees; ``success`` is the true outcome
     (hidden tests, goal state) and ``proxy_success`` what the agent could see (visible tests).
-    Every component and exploit flag is kept so rewards can be audited."""
+    Every component and exploit flag is kept so rewards can be audited. ``turn_rewards``, when
+    given, holds one per-turn (process) reward for each of the episode's turns."""
 
     reward: float
     success: bool
@@ -189,3 +211,4 @@ class RewardResult:
     components: dict[str, float] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    turn_rewards: list[float] | None = None

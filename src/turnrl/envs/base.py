@@ -14,7 +14,15 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
     adds its own truncations (turns, tokens, wall clock) on top.
 
 ``await env.grade() -> RewardResult``
-    Score the finished episode (called once, after the last step, for every ending).
+    Score the finished episode (called once, after the last step, for every ending): what the
+    env measured (``components``, ``flags``, ``success``) and its own verdict (``reward``). The
+    run's rubric (:mod:`turnrl.rewards.rubric`) decides the reward training sees from it.
+
+``env.measure() -> dict[str, float]``
+    Optional: numbers the env measures of its current state (the tools and user envs:
+    ``progress``, the share of the way from the initial state to the goal). Read after reset
+    and after every turn; a rubric may turn their changes into per-turn rewards
+    (``reward.shaping``, :mod:`turnrl.rewards.sources`). Default: nothing measured.
 
 ``await env.close()``
     Release resources. Always called, also after errors.
@@ -27,21 +35,26 @@ An environment is a plain class whose tools are typed methods. The agent loop ca
 
 ``env.subagent_env() -> ToolEnv``
     Optional: where a subagent works when the agent delegates (the ``subagent`` config
-    section adds a ``delegate(task)`` tool, :mod:`turnrl.rollout.subagent`). Called during
+    section adds a ``delegate(task)`` tool, :mod:`turnrl.envs.wrappers`). Called during
     an episode, so the returned env may hold a view of this episode's state (a document only
     the subagent can read). Its ``reset`` receives a Task whose payload holds the delegated
     text as ``"task"``; the sub-episode's answer is the observation of the step that ends it
     (a finishing tool returns the answer itself, ``ToolOutput(answer, done=True)``, or a
-    ``final_answer`` env's ``answer(text)`` returns it). The default: a view of this env's own
-    state offering the tools named in ``subagent_tools`` and a plain-text final answer; an
-    env with neither cannot enable the subagent. The sub-env is closed after its episode.
+    ``final_answer`` env's ``answer(text)`` returns it). The default (``None``): a view of this
+    env's own state offering the tools named in ``subagent_tools`` and a plain-text final
+    answer; an env with neither cannot enable the subagent. The sub-env is closed after its
+    episode.
+
+Env changes from the outside (an added tool, a recorded answer) are wrappers
+(:mod:`turnrl.envs.wrappers`), as in Gymnasium.
 
 Tools are listed in the class attribute ``tools`` (method names). Each method's type hints
 and docstring become the JSON schema shown to the model; arguments are validated by pydantic
 before the method runs, so a wrong type becomes an observation the model can read.
 
 A tool method returns ``str`` (the observation) or a :class:`ToolOutput` to also emit a
-per-turn reward, end the episode, or attach a screenshot.
+per-turn reward (the rubric weighs it with the env's grade), end the episode, or attach a
+screenshot.
 
 A tool may be ``async def`` (it runs on the event loop, so it must never block) or a plain
 ``def``: a plain method runs on its own daemon thread, so a blocking call (``time.sleep``,
@@ -146,20 +159,21 @@ class ToolEnv:
         """The agent's plain-text final answer (envs with ``final_answer = True``)."""
         raise NotImplementedError(f"{type(self).__name__} sets final_answer but has no answer()")
 
-    def subagent_env(self) -> ToolEnv:
-        """The env a subagent works in when the agent delegates (see the module docstring)."""
-        if not self.subagent_tools:
-            raise NotImplementedError(
-                f"{type(self).__name__} has no subagent_env() and no subagent_tools"
-            )
-        from turnrl.rollout.subagent import SharedStateEnv
-
-        return SharedStateEnv(self, self.subagent_tools)
+    def subagent_env(self) -> ToolEnv | None:
+        """The env a subagent works in when the agent delegates (see the module docstring);
+        None: a view of this env's own state offering ``subagent_tools``
+        (:class:`turnrl.envs.wrappers.SharedStateEnv`)."""
+        return None
 
     def anchor(self, observation: str) -> Any:
         """The env state after a step, hashable; GiGPO groups steps by it. Default: the
         observation text (two steps that saw the same thing are in the same state)."""
         return observation
+
+    def measure(self) -> dict[str, float]:
+        """Numbers measured of the current state, read after reset and after every turn (a
+        rubric may shape per-turn rewards from their changes). Default: none."""
+        return {}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [tool_schema(getattr(self, name)) for name in self.tools]

@@ -5,7 +5,7 @@ Runs scripted agents through a few tasks, with no model, and checks what trainin
 - the tasks are ``Task`` objects that serialise to JSON, with unique ids and a test split;
 - every tool's schema is a valid JSON schema with a name and a description;
 - ``reset``/``step``/``grade``/``close`` keep the contract (:mod:`turnrl.envs.base`): types,
-  finite rewards, hashable anchors, a malformed call answered by an observation;
+  finite rewards and measures, hashable anchors, a malformed call answered by an observation;
 - the expert (if the env has one) solves every task;
 - an agent that does nothing and one that calls tools at random score about 0 (a grader
   that pays for nothing would train a policy to do nothing);
@@ -100,7 +100,7 @@ async def play(
                 break
             phase = f"step {len(ep.calls) + 1} ({call.name})"
             step = await _timed(ep, "step", env.step(call))
-            ep.problems += _step_problems(step)
+            ep.problems += _step_problems(step) + _measure_problems(env.measure())
             ep.calls.append(call)
             ep.observations.append(str(getattr(step, "observation", step)))
             ep.rewards.append(getattr(step, "reward", 0.0))
@@ -154,6 +154,18 @@ def _step_problems(step: Any) -> list[str]:
         except TypeError:
             out.append(f"step anchor {step.info['anchor']!r:.60} is not hashable (GiGPO needs it)")
     return out
+
+
+def _measure_problems(measures: Any) -> list[str]:
+    """``env.measure()`` must be a mapping of names to finite numbers (a rubric shapes per-turn
+    rewards from them)."""
+    if not isinstance(measures, dict):
+        return [f"measure returned {type(measures).__name__}, not dict"]
+    return [
+        f"measure {k!r} = {v!r} is not a finite number"
+        for k, v in measures.items()
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+    ]
 
 
 def _result_problems(result: Any) -> list[str]:
@@ -218,8 +230,9 @@ async def check_env(
         schemas = probe.tool_schemas()
         problems = [p for s in schemas for p in schema_problems(s)]
         names = ", ".join(s.get("function", {}).get("name", "?") for s in schemas)
-        if not schemas:
+        if not schemas and not probe.final_answer:  # a plain-text env needs no tool
             problems.append("the env has no tools")
+        names = names or "none (plain-text replies: final_answer)"
         checks.append(
             Check("tool schemas", not problems, "; ".join(problems) or f"{len(schemas)}: {names}")
         )
@@ -419,7 +432,7 @@ def run_doctor(
     try:
         family = make_family(name, options, tasks)
         if hasattr(family, "subagent_expert"):  # played with a helper: its scripted one answers
-            from turnrl.rollout.subagent import with_subagent
+            from turnrl.envs.wrappers import with_subagent
 
             family = with_subagent(family, max_turns)
     except Exception as e:

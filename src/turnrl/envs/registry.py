@@ -61,6 +61,24 @@ SHIPPED: dict[str, tuple[str, str]] = {
         "turnrl.envs.guess:GuessFamily",
         "find a hidden number by bisection; the smallest multi-turn task (tests, demos)",
     ),
+    # other libraries' envs (turnrl.envs.adapters), each needing its extra
+    "textarena": (
+        "turnrl.envs.adapters.textarena:TextArenaFamily",
+        "a TextArena game by id (env.options.id=Wordle-v0); extra: textarena",
+    ),
+    "reasoning_gym": (
+        "turnrl.envs.adapters.reasoning_gym:ReasoningGymFamily",
+        "a reasoning-gym dataset (env.options.dataset=chain_sum); extra: reasoning-gym",
+    ),
+    "verifiers": (
+        "turnrl.envs.adapters.verifiers:VerifiersFamily",
+        "a verifiers environment module (env.options.env_id=my_env); extra: verifiers",
+    ),
+    "openenv": (
+        "turnrl.envs.adapters.openenv:OpenEnvFamily",
+        "an OpenEnv server, started here (env.options.server=pkg.app:app) or at base_url; "
+        "extra: openenv",
+    ),
 }
 
 

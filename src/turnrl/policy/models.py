@@ -46,6 +46,19 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def runs_on_cuda(device: str) -> bool:
+    """Whether ``model.device`` puts the model on a GPU (``auto``: where one is visible)."""
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def mixed_precision(mode: str, device: str) -> torch.dtype | None:
+    """The compute dtype of ``trainer.mixed_precision`` ``mode`` (the trainer, the sampler and
+    SFT autocast to it): bf16, or None for plain float32; ``auto`` is bf16 on CUDA only."""
+    if mode == "auto":
+        return torch.bfloat16 if runs_on_cuda(device) else None
+    return torch.bfloat16 if mode == "bf16" else None
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``auto`` -> bfloat16 on CUDA, float32 elsewhere; else the named dtype."""
     if dtype == "auto":
@@ -57,11 +70,6 @@ def place(model: torch.nn.Module, device: str = "auto", dtype: str = "auto") -> 
     """Move ``model`` to the resolved device and dtype (a no-op where it already is)."""
     dev = resolve_device(device)
     return model.to(device=dev, dtype=resolve_dtype(dtype, dev))
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """Where the model's weights are: inputs for a forward pass go here."""
-    return next(model.parameters()).device
 
 
 def load_tokenizer(name_or_path: str | Path, trust_remote_code: bool = False) -> Any:
@@ -95,6 +103,19 @@ def load_model(
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
     return model.to(dev)
+
+
+def with_lora(
+    model: torch.nn.Module, rank: int, alpha: float, targets: list[str]
+) -> torch.nn.Module:
+    """``model`` with LoRA adapters of rank ``rank`` and scale ``alpha / rank`` on the modules
+    named ``targets`` (peft); only the adapters train."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM"
+    )
+    return get_peft_model(model, config)
 
 
 def turn_end_token(tokenizer: Any) -> str:

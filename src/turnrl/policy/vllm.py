@@ -1,6 +1,6 @@
 """The vLLM backend (GPU): batched sampling from token ids with per-token logprobs, and weight
 updates pushed from the trainer (full weights or a LoRA adapter; the loop's schedule is
-:mod:`turnrl.train.vllm_sync`).
+:mod:`turnrl.run.sampler`).
 
 Same contract as :class:`turnrl.policy.hf.HFPolicy` (``generate_batch``, ``version``, ``lock``):
 token ids in, token ids + logprobs out, one seeded generator per row, the stop token included

@@ -2,10 +2,12 @@
 
 :func:`score_trajectories` is the one place a reward is decided, for training and evaluation
 alike. Each finished episode's grade (``trajectory.graded``) goes through the run's rubric
-(:func:`build_rubric`: the env's grade, the episode screeners, any functions the config adds),
-and the result is written onto the trajectory. An episode the env could not grade (an env
-error, the wall clock, a lost worker) is not scored: it keeps ``reward`` 0.0 as a placeholder,
-``trajectory.excluded`` is true, and the trainer leaves it out of its group by default.
+(:func:`turnrl.rewards.pipeline.build_rubric`: the env's grade, per-turn shaping from what the
+env measured, the episode screeners, any functions the config adds), and the result is written
+onto the trajectory: its reward, flags and success, and the reward of each of its turns. An
+episode the env could not grade (an env error, the wall clock, a lost worker) is not scored: it
+keeps ``reward`` 0.0 as a placeholder, ``trajectory.excluded`` is true, and the trainer leaves it
+out of its group by default.
 
 A reward function is a plain callable (verifiers style) that reads one finished
 :class:`Episode` and returns a ``float``/``bool`` or a :class:`~turnrl.types.RewardResult`
@@ -15,6 +17,8 @@ called once per group (a relative judge). ``Rubric([(fn, weight), ...])`` combin
     reward = sum_i w_i * r_i        over functions with w_i != 0
 
 A weight-0 function is a metric: its value is recorded in ``components`` but never rewarded.
+Per-turn (process) rewards combine the same way: a function whose RewardResult carries
+``turn_rewards`` (one per turn) adds ``w_i * turn_rewards`` to the turns' rewards.
 
 A :class:`Screen` member wraps an episode screener: it always adds its flags, and when one of
 them is a hack (not ``screener_error``) the episode's reward becomes the screen's ``penalty``
@@ -24,29 +28,36 @@ Failures are never a silent 0. A function that raises is recorded in ``info["err
 had a weight, the result is marked ``info["skipped"] = True`` (and ``info["judge_skipped"]``
 when a judge failed), ``reward`` is 0.0 only as a placeholder, and :func:`apply_results` turns
 the trajectory into an ``ENV_ERROR``, excluded from its group like any episode whose reward is
-unknown. A metric-only function that raises is recorded and nothing is skipped.
+unknown. A metric-only function that raises is recorded and nothing is skipped. A value that is
+not finite (NaN or ±inf, final or per-turn) is such a failure too, and flags the episode
+``non_finite_reward``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
+from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, is_hack
 
 RewardValue = float | bool | RewardResult
 RewardFn = Callable[["Episode"], RewardValue | Awaitable[RewardValue]]
 
 
 SCREENER_ERROR = "screener_error"  # a screener failed: recorded, never zeroes a reward
+NON_FINITE = "non_finite_reward"  # a reward function gave NaN or ±inf: the reward is unknown
 
 
 class JudgeError(RuntimeError):
     """A judge model failed or replied with something unparseable: the score is unknown."""
+
+
+class NonFiniteReward(ValueError):
+    """A reward function gave NaN or ±inf (final or per-turn)."""
 
 
 @dataclass
@@ -100,7 +111,7 @@ class Screen:
             flags = list(flags)
         except Exception:
             flags = [SCREENER_ERROR]
-        hacked = any(f != SCREENER_ERROR for f in flags)
+        hacked = is_hack(flags)
         return RewardResult(reward=float(hacked), success=not hacked, flags=flags)
 
 
@@ -172,6 +183,8 @@ class Rubric:
 
     def _combine(self, ep: Episode, outcomes: list[_Outcome]) -> RewardResult:
         reward = 0.0
+        n_turns = len(ep.trajectory.turns)
+        turn_rewards = [0.0] * n_turns  # sum_i w_i * turn_rewards_i
         components: dict[str, float] = {}
         flags: list[str] = []
         errors: dict[str, str] = {}
@@ -180,14 +193,21 @@ class Rubric:
         screened: float | None = None  # the penalty of the first screen that flagged a hack
         screen_flags: dict[str, list[str]] = {}
         for name, (fn, w), out in zip(self.names, self.funcs, outcomes):
+            value = out.value
+            per_turn = value.turn_rewards if isinstance(value, RewardResult) else None
+            if out.error is None and per_turn is not None and len(per_turn) != n_turns:
+                out = _Outcome(
+                    error=ValueError(f"{len(per_turn)} turn rewards for {n_turns} turns")
+                )
             if out.error is not None:
                 errors[name] = f"{type(out.error).__name__}: {out.error}"
                 if isinstance(out.error, JudgeError):
                     judge_skipped = True
                     components[f"{name}/skipped"] = 1.0
+                if isinstance(out.error, NonFiniteReward) and w != 0.0 and NON_FINITE not in flags:
+                    flags.append(NON_FINITE)
                 skipped = skipped or w != 0.0
                 continue
-            value = out.value
             if isinstance(value, RewardResult):
                 r = float(value.reward)
                 for k, v in value.components.items():
@@ -202,10 +222,12 @@ class Rubric:
             components[name] = r
             if w != 0.0:
                 reward += w * r
+                for k, r_k in enumerate(per_turn or ()):
+                    turn_rewards[k] += w * r_k
             if isinstance(fn, Screen) and fn.zero and r and screened is None:
                 screened = fn.penalty
-        if screened is not None:
-            reward = screened
+        if screened is not None:  # a screened-out episode earns nothing, per turn neither
+            reward, turn_rewards = screened, [0.0] * n_turns
         info: dict[str, Any] = {
             "skipped": skipped,
             "judge_skipped": judge_skipped,
@@ -227,6 +249,7 @@ class Rubric:
             components=components,
             flags=flags,
             info=info,
+            turn_rewards=[0.0] * n_turns if skipped else turn_rewards,
         )
 
 
@@ -254,16 +277,24 @@ async def _run(fn: Any, episodes: list[Episode]) -> list[_Outcome]:
 
 
 def _checked(value: Any) -> RewardValue:
-    if isinstance(value, RewardResult | bool | int | float) and value == value:
-        return value
-    raise TypeError(f"reward function returned {value!r}; expected a number or RewardResult")
+    if isinstance(value, RewardResult):
+        values = [value.reward, *(value.turn_rewards or ())]
+    elif isinstance(value, bool | int | float):
+        values = [value]
+    else:
+        raise TypeError(f"reward function returned {value!r}; expected a number or RewardResult")
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise NonFiniteReward(f"reward {bad[0]}")
+    return value
 
 
 def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[str, float]:
     """Write rubric results onto trajectories and return batch metrics.
 
-    Sets ``reward``, merges ``flags``, records every component as ``metrics["reward/<name>"]``
-    and ``metrics["hacked"]`` (a flag other than ``screener_error``). A skipped result (a
+    Sets ``reward`` and each turn's ``reward``, merges ``flags``, records every component as
+    ``metrics["reward/<name>"]`` and ``metrics["hacked"]`` (a flag that is not a finding,
+    ``types.FINDINGS``). A skipped result (a
     weighted function failed) becomes ``termination=ENV_ERROR`` with the errors in
     ``trajectory.error``: its reward is unknown, so it is excluded from its group, and
     ``reward/skipped_rate`` counts it.
@@ -274,9 +305,11 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
     skipped = judge_skipped = 0
     for t, r in zip(trajs, results):
         t.reward = r.reward
+        for turn, r_k in zip(t.turns, r.turn_rewards or [0.0] * len(t.turns)):
+            turn.reward = r_k
         t.flags += [f for f in r.flags if f not in t.flags]
         t.metrics["success"] = float(r.success)
-        t.metrics["hacked"] = float(any(f != SCREENER_ERROR for f in t.flags))
+        t.metrics["hacked"] = float(is_hack(t.flags))
         if r.proxy_success is not None:
             t.metrics["proxy_success"] = float(r.proxy_success)
         for k, v in r.components.items():
@@ -294,20 +327,31 @@ def apply_results(trajs: list[Trajectory], results: list[RewardResult]) -> dict[
     return metrics
 
 
-def score_trajectories(trajs: list[Trajectory], rubric: Rubric) -> dict[str, float]:
+def score_trajectories(
+    trajs: list[Trajectory], rubric: Rubric, warn: Callable[[str], None] | None = None
+) -> dict[str, float]:
     """Decide the reward of every trajectory: each graded episode through ``rubric``, written
     back by :func:`apply_results`; episodes without a grade stay excluded. Returns the batch's
     reward metrics: the rubric's means, ``screen/<flag>`` and ``screen/flagged_rate``, and
     ``reward/excluded_rate`` with its causes (``reward/env_error_rate``, ``reward/timeout_rate``)
-    over all of ``trajs``. Call it outside an event loop (the training loop, the eval CLI);
-    inside one, await :func:`score_trajectories_async`."""
-    return asyncio.run(score_trajectories_async(trajs, rubric))
+    over all of ``trajs``. ``warn`` gets one line for each episode whose reward came out
+    non-finite (it is left out of its group). Call it outside an event loop (the training loop,
+    the eval CLI); inside one, await :func:`score_trajectories_async`."""
+    return asyncio.run(score_trajectories_async(trajs, rubric, warn))
 
 
-async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> dict[str, float]:
+async def score_trajectories_async(
+    trajs: list[Trajectory], rubric: Rubric, warn: Callable[[str], None] | None = None
+) -> dict[str, float]:
     graded = [t for t in trajs if t.graded is not None and not t.excluded]
     results = await rubric.score_batch([Episode(t, graded=t.graded) for t in graded])
     metrics = apply_results(graded, results)
+    for t, r in zip(graded, results):
+        if warn is not None and NON_FINITE in r.flags:
+            warn(
+                f"warning: task {t.task_id}: non-finite reward ({r.info.get('errors')}); "
+                "the episode is left out of its group"
+            )
     n = max(len(trajs), 1)
     for key in list(metrics):
         if key.startswith("rubric/") or key == "reward/skipped_rate":
@@ -316,7 +360,7 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
         for f in {f for flags in r.info.get("screen_flags", {}).values() for f in flags}:
             metrics[f"screen/{f}"] = metrics.get(f"screen/{f}", 0.0) + 1.0 / n
     hacked = [
-        any(f != SCREENER_ERROR for flags in r.info.get("screen_flags", {}).values() for f in flags)
+        is_hack(f for flags in r.info.get("screen_flags", {}).values() for f in flags)
         for r in results
     ]
     metrics["screen/flagged_rate"] = sum(hacked) / n
@@ -324,37 +368,3 @@ async def score_trajectories_async(trajs: list[Trajectory], rubric: Rubric) -> d
     for reason in (TerminationReason.ENV_ERROR, TerminationReason.TIMEOUT):
         metrics[f"reward/{reason.value}_rate"] = sum(t.termination is reason for t in trajs) / n
     return metrics
-
-
-def load_function(path: str) -> Any:
-    """``"pkg.module:name"`` -> that object (a reward function for a rubric)."""
-    module, sep, attr = path.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{path!r}: expected an import path 'package.module:function'")
-    try:
-        obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{path!r}: {type(e).__name__}: {e}") from None
-    if not callable(obj) and not isinstance(obj, GroupRewardFn):
-        raise ValueError(f"{path!r} is not callable")
-    return obj
-
-
-def build_rubric(
-    functions: dict[str, float] | None = None,
-    *,
-    grade_weight: float = 1.0,
-    screeners: bool = True,
-    zero_flagged: bool = True,
-) -> Rubric:
-    """The run's rubric: the env's grade (``grade_weight``), the rule-based episode screener
-    (``screeners``; a flagged episode gets 0 when ``zero_flagged``), and ``functions``, reward
-    functions by import path with their weights (0 = metric only)."""
-    from turnrl.rewards.screeners import RuleScreener
-    from turnrl.rewards.sources import env_reward
-
-    members: list[tuple[Any, float]] = [(env_reward, grade_weight)]
-    if screeners:
-        members.append((Screen(RuleScreener(), zero=zero_flagged), 0.0))
-    members += [(load_function(path), w) for path, w in (functions or {}).items()]
-    return Rubric(members)

@@ -6,9 +6,10 @@ chat template (loss_mask 0). Nothing is ever decoded and re-encoded, so the trai
 very tokens that were sampled.
 
 Episode endings (see ``TerminationReason``): the env says the task is done (DONE); the turn cap
-(MAX_TURNS); the token budget (CONTEXT_LIMIT: the next generation or observation would not
-fit, and it is not appended); the wall clock (TIMEOUT); an env exception (ENV_ERROR, message
-kept); too many malformed tool calls (PARSE_ERRORS). Errors never escape an episode.
+or the env's own step limit (MAX_TURNS: a step result with ``truncated``); the token budget
+(CONTEXT_LIMIT: the next generation or observation would not fit, and it is not appended); the
+wall clock (TIMEOUT); an env exception (ENV_ERROR, message kept); too many malformed tool calls
+(PARSE_ERRORS). Errors never escape an episode.
 
 A reply with no tool call at all is, for an env that declares ``final_answer``, its final
 answer: it goes to the env's ``answer(text)``, and the episode ends there (DONE) when the env
@@ -29,12 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.chat import ChatRenderer, NoToolCall, ParseError, tool_message
-from turnrl.envs.base import ToolEnv
+from turnrl.envs.base import StepResult, ToolEnv
 from turnrl.policy.base import SamplingParams
 from turnrl.rollout.batcher import GenerationBatcher
 from turnrl.rollout.context import (
@@ -45,7 +46,7 @@ from turnrl.rollout.context import (
     drop_old_observations,
     summary_context,
 )
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory, Turn
+from turnrl.types import RewardResult, Task, TerminationReason, ToolCall, Trajectory, Turn, is_hack
 
 MALFORMED = ("unknown_tool", "bad_arguments")
 
@@ -66,6 +67,140 @@ class EpisodeRequest:
     task: Task
     group_id: str
     seed: int
+
+
+class EpisodeLog:
+    """The bookkeeping both agent loops share (this one and the endpoint's,
+    :mod:`turnrl.rollout.endpoint_agent`): the episode's wall clock, what the env reported of
+    each turn (its steps' rewards, the state's anchor and measures, malformed calls), how the
+    episode ended, the env's grade, closing the env, and the Trajectory it becomes."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + timeout_s
+        self.termination = TerminationReason.MAX_TURNS
+        self.error: str | None = None
+        self.result: RewardResult | None = None
+        self.parse_errors = 0  # malformed actions and calls the env rejected as malformed
+        self.env_time = 0.0  # seconds inside env.step
+        self.reset_measures: dict[str, float] = {}
+
+    def remaining(self) -> float:
+        """Seconds left on the episode's clock; raises TimeoutError once it ran out."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        return left
+
+    async def reset(self, env: ToolEnv, task: Task) -> list[dict[str, Any]]:
+        """Start the episode under the clock and measure where it starts; the opening
+        messages (the env's instructions, then the task statement)."""
+        first = await asyncio.wait_for(env.reset(task), self.remaining())
+        self.measure(env)
+        return [
+            {"role": "system", "content": env.instructions},
+            {"role": "user", "content": first},
+        ]
+
+    async def step(self, env: ToolEnv, call: ToolCall, turn: Turn) -> StepResult:
+        """Run one tool call under the clock and record it on ``turn``: its reward, the state
+        it left (the anchor), and whether the env rejected it as malformed."""
+        t0 = time.monotonic()
+        step = await asyncio.wait_for(env.step(call), self.remaining())
+        self.env_time += time.monotonic() - t0
+        turn.env_reward += step.reward
+        turn.anchor = step.info.get("anchor", step.observation)
+        if step.info.get("error") in MALFORMED:
+            self.parse_errors += 1
+            turn.malformed = True
+        return step
+
+    def measure(self, env: ToolEnv, turn: Turn | None = None) -> None:
+        """What the env measures of its state, after reset (no ``turn``) or after ``turn``."""
+        measures = {k: float(v) for k, v in env.measure().items()}
+        if turn is None:
+            self.reset_measures = measures
+        else:
+            turn.measures = measures
+
+    def turn_ends_episode(
+        self,
+        env: ToolEnv,
+        turn: Turn,
+        terminated: bool,
+        max_parse_errors: int,
+        truncated: bool = False,
+    ) -> bool:
+        """After a turn: measure the env's state, and whether the episode ends here (the env
+        said the task is done, the env's own step limit cut it, or too many malformed actions),
+        recording why."""
+        self.measure(env, turn)
+        if terminated:
+            self.termination = TerminationReason.DONE
+        elif truncated:  # the env's own step limit: a truncation, as the turn cap is
+            self.termination = TerminationReason.MAX_TURNS
+        elif self.parse_errors >= max_parse_errors:
+            self.termination = TerminationReason.PARSE_ERRORS
+        else:
+            return False
+        return True
+
+    async def grade(self, env: ToolEnv) -> None:
+        """The env's grade of the finished episode (at least a second, even on a spent clock)."""
+        self.result = await asyncio.wait_for(env.grade(), max(self.remaining(), 1.0))
+
+    def ended(self, termination: TerminationReason, error: str) -> None:
+        self.termination, self.error = termination, error
+
+    def timed_out(self, message: str = "") -> None:
+        self.ended(TerminationReason.TIMEOUT, message or "episode wall-clock limit reached")
+
+    def crashed(self, e: Exception) -> None:
+        """A crashing env ends its episode, never the run."""
+        self.ended(TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}")
+
+    async def close(self, env: ToolEnv) -> None:
+        try:
+            await asyncio.wait_for(env.close(), 30)
+        except Exception as e:
+            self.error = self.error or f"close failed: {type(e).__name__}: {e}"
+
+    def times(self) -> dict[str, float]:
+        return {"time/episode_s": time.monotonic() - self.start, "time/env_s": self.env_time}
+
+    def trajectory(
+        self,
+        request: EpisodeRequest,
+        turns: list[Turn],
+        messages: list[dict[str, Any]],
+        metrics: dict[str, float],
+        **tokens: Any,
+    ) -> Trajectory:
+        """The episode as the trainer sees it: ``tokens`` are the Trajectory's token fields
+        (``prompt_len``, ``token_ids``, ``loss_mask``, ... ; an endpoint's episode has none);
+        the grade's metrics join ``metrics``."""
+        result = self.result
+        if result is not None:
+            metrics.update(grade_metrics(result))
+        return Trajectory(
+            task_id=request.task.id,
+            group_id=request.group_id,
+            prompt_len=tokens.pop("prompt_len", 0),
+            token_ids=tokens.pop("token_ids", []),
+            loss_mask=tokens.pop("loss_mask", []),
+            behavior_logprobs=tokens.pop("behavior_logprobs", []),
+            policy_versions=tokens.pop("policy_versions", []),
+            turns=turns,
+            reward=result.reward if result is not None else 0.0,
+            termination=self.termination,
+            error=self.error,
+            metrics=metrics,
+            flags=list(result.flags) if result is not None else [],
+            messages=messages,
+            graded=result,
+            reset_measures=self.reset_measures,
+            **tokens,
+        )
 
 
 @dataclass
@@ -140,34 +275,19 @@ async def run_episode(
     limits: RolloutLimits,
 ) -> Trajectory:
     """Play one episode and grade it. Always returns a Trajectory; always closes the env."""
-    start = time.monotonic()
-    deadline = start + limits.episode_timeout_s
+    log = EpisodeLog(limits.episode_timeout_s)
+    remaining = log.remaining
     ep = _Episode()
     turns: list[Turn] = []
     messages: list[dict[str, Any]] = []
-    termination = TerminationReason.MAX_TURNS
-    error: str | None = None
-    result: RewardResult | None = None
-    parse_errors = 0
-    env_time = 0.0
     prompt_len = 0
     summaries = 0
     summary_time = 0.0
 
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise asyncio.TimeoutError
-        return left
-
     batcher.episode_started()
     try:
         try:
-            first = await asyncio.wait_for(env.reset(request.task), remaining())
-            messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": first},
-            ]
+            messages = await log.reset(env, request.task)
             ep.append(renderer.prompt_ids(messages, env.tool_schemas()))
             prompt_len = len(ep.ids)
             asked = False  # the last observation asked for a summary
@@ -185,7 +305,7 @@ async def run_episode(
                     _drop_observations(ep, renderer, limits.context.keep_observations)
                 budget = limits.max_context_tokens - len(ep.context)
                 if budget <= 0:
-                    termination = TerminationReason.CONTEXT_LIMIT
+                    log.termination = TerminationReason.CONTEXT_LIMIT
                     break
                 remaining()
                 gen = await batcher.generate(
@@ -203,22 +323,22 @@ async def run_episode(
                     # Cut at max_new_tokens: close the turn as the template would. The model
                     # did not sample this token, so it carries no gradient.
                     if len(ep.context) >= limits.max_context_tokens:
-                        termination = TerminationReason.CONTEXT_LIMIT
+                        log.termination = TerminationReason.CONTEXT_LIMIT
                         break
                     ep.append([renderer.turn_end_id])
 
-                observations, terminated, calls = [], False, []
+                observations, terminated, truncated, calls = [], False, False, []
                 try:
                     calls = renderer.parser.parse(action)
                 except ParseError as e:
                     if isinstance(e, NoToolCall) and env.final_answer:  # the reply is the answer
                         step = await asyncio.wait_for(env.answer(action), remaining())
-                        turn.reward += step.reward
+                        turn.env_reward += step.reward
                         turn.anchor = step.info.get("anchor", ("answer", step.observation))
-                        terminated = step.terminated
+                        terminated, truncated = step.terminated, step.truncated
                         observations.append(step.observation)  # shown if the env goes on
                     else:
-                        parse_errors += 1
+                        log.parse_errors += 1
                         turn.parse_error = str(e)
                         turn.malformed = True
                         observations.append(f"Error: {e}")
@@ -226,25 +346,17 @@ async def run_episode(
                 else:
                     turn.tool_calls = calls
                     for call in calls:
-                        t0 = time.monotonic()
-                        step = await asyncio.wait_for(env.step(call), remaining())
-                        env_time += time.monotonic() - t0
+                        step = await log.step(env, call, turn)
                         observations.append(step.observation)
-                        turn.reward += step.reward
-                        turn.anchor = step.info.get("anchor", step.observation)
-                        if step.info.get("error") in MALFORMED:
-                            parse_errors += 1
-                            turn.malformed = True
                         if step.terminated:
                             terminated = True
                             break
                         if step.truncated:
+                            truncated = True
                             break
-                if terminated:
-                    termination = TerminationReason.DONE
-                    break
-                if parse_errors >= limits.max_parse_errors:
-                    termination = TerminationReason.PARSE_ERRORS
+                if log.turn_ends_episode(
+                    env, turn, terminated, limits.max_parse_errors, truncated=truncated
+                ):
                     break
                 obs_messages = [
                     tool_message(
@@ -260,58 +372,44 @@ async def run_episode(
                     obs_messages.append({"role": "user", "content": SUMMARY_REQUEST})
                     delta = renderer.observation_ids(obs_messages)
                 if len(ep.context) + len(delta) >= limits.max_context_tokens:
-                    termination = TerminationReason.CONTEXT_LIMIT
+                    log.termination = TerminationReason.CONTEXT_LIMIT
                     break
                 turn.obs_start = len(ep.ids)
                 ep.append(delta, tool_result=True)
                 turn.obs_end = len(ep.ids)
                 messages.extend(obs_messages)
-            result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
+            await log.grade(env)
         except asyncio.TimeoutError as e:  # the episode's clock, or one tool call's
-            termination = TerminationReason.TIMEOUT
-            error = str(e) or "episode wall-clock limit reached"
+            log.timed_out(str(e))
         except Exception as e:  # a crashing env ends its episode, never the run
-            termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
+            log.crashed(e)
     finally:
         ep.drop_empty_segment(turns)
         batcher.episode_finished()
-        try:
-            await asyncio.wait_for(env.close(), 30)
-        except Exception as e:
-            error = error or f"close failed: {type(e).__name__}: {e}"
+        await log.close(env)
 
     metrics: dict[str, float] = {
         "turns": float(len(turns)),
         "tokens": float(len(ep.ids)),
         "action_tokens": float(sum(ep.mask)),
-        "parse_errors": float(parse_errors),
+        "parse_errors": float(log.parse_errors),
         "segments": float(len(ep.starts) + 1),
         "summaries": float(summaries),
         "time/summary_s": summary_time,
-        "time/episode_s": time.monotonic() - start,
-        "time/env_s": env_time,
+        **log.times(),
     }
-    if result is not None:
-        metrics.update(grade_metrics(result))
-    traj = Trajectory(
-        task_id=request.task.id,
-        group_id=request.group_id,
+    return log.trajectory(
+        request,
+        turns,
+        messages,
+        metrics,
         prompt_len=prompt_len,
         token_ids=ep.ids,
         loss_mask=ep.mask,
         behavior_logprobs=ep.logprobs,
         policy_versions=ep.versions,
-        turns=turns,
-        reward=result.reward if result is not None else 0.0,
-        termination=termination,
-        error=error,
-        metrics=metrics,
-        flags=list(result.flags) if result is not None else [],
-        messages=messages,
-        graded=result,
         segment_starts=list(ep.starts),
     )
-    return traj
 
 
 def _drop_observations(ep: _Episode, renderer: ChatRenderer, keep: int) -> None:
@@ -366,7 +464,7 @@ async def _summarize(
 def grade_metrics(result: RewardResult) -> dict[str, float]:
     """An episode's grade as metrics: true and proxy success, whether it was flagged, and every
     reward component (``reward/NAME``)."""
-    out = {"success": float(result.success), "hacked": float(bool(result.flags))}
+    out = {"success": float(result.success), "hacked": float(is_hack(result.flags))}
     if result.proxy_success is not None:
         out["proxy_success"] = float(result.proxy_success)
     out.update({f"reward/{name}": float(value) for name, value in result.components.items()})
@@ -382,18 +480,37 @@ async def collect(
     max_concurrency: int = 64,
 ) -> list[Trajectory]:
     """Run all episodes concurrently (at most ``max_concurrency`` at once), in request order."""
+
+    async def play(req: EpisodeRequest) -> Trajectory:
+        return await run_episode(make_env(), req, renderer, batcher, limits)
+
+    return await in_order(requests, play, max_concurrency)
+
+
+async def in_order(
+    requests: list[EpisodeRequest],
+    play: Callable[[EpisodeRequest], Awaitable[Trajectory]],
+    max_concurrency: int,
+) -> list[Trajectory]:
+    """``play`` every request, at most ``max_concurrency`` at once; results in request order."""
     gate = asyncio.Semaphore(max_concurrency)
 
     async def one(req: EpisodeRequest) -> Trajectory:
         async with gate:
-            return await run_episode(make_env(), req, renderer, batcher, limits)
+            return await play(req)
 
     return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
 def default_sampling(
-    renderer: ChatRenderer, temperature: float = 1.0, top_p: float = 1.0
+    renderer: ChatRenderer,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int | None = None,
 ) -> SamplingParams:
+    """Sampling that stops at the end of the assistant's turn. ``max_new_tokens`` None: the
+    params' default (the agent loop asks for at most the episode's per-turn budget anyway)."""
+    extra = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     return SamplingParams(
-        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,)
+        temperature=temperature, top_p=top_p, stop_token_ids=(renderer.turn_end_id,), **extra
     )

@@ -224,7 +224,7 @@ def clone_policy(policy: HFPolicy) -> HFPolicy:
         p.grad = None
         p.requires_grad_(False)
     model.eval()
-    out = HFPolicy(model, policy.pad_token_id, policy.max_batch_size)
+    out = HFPolicy(model, policy.pad_token_id, policy.max_batch_size, autocast=policy.autocast)
     out.version = policy.version
     return out
 

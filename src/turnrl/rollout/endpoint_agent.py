@@ -4,8 +4,8 @@ The token-in/token-out loop (:mod:`turnrl.rollout.agent_loop`) needs our token i
 endpoint has its own tokenizer and returns messages. So this runner works on messages: the
 same env contract (``reset``/``step``/``grade``/``close``), the env's tools sent as
 ``tools=`` (OpenAI function schemas), and the same endings and metrics, so
-:func:`turnrl.train.evaluate.summarize` reads its trajectories like any others. They carry
-no token ids (nothing here can be trained).
+evaluation (:mod:`turnrl.run.evaluate`) scores them with the same rubric and summarises them
+like any others. They carry no token ids (nothing here can be trained).
 
 Two reply styles work: native ``tool_calls`` (``content`` may be null), answered with one
 ``tool`` message per call id; and tool calls written as text in ``content`` (Hermes
@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
 from turnrl.chat import HermesToolCallParser, ParseError, ToolCallParser
 from turnrl.envs.base import ToolEnv
 from turnrl.policy.openai import OpenAIChat, OpenAIError, OpenAITimeout
-from turnrl.rollout.agent_loop import MALFORMED, EpisodeRequest, RolloutLimits, grade_metrics
-from turnrl.types import RewardResult, TerminationReason, ToolCall, Trajectory, Turn
+from turnrl.rollout.agent_loop import EpisodeLog, EpisodeRequest, RolloutLimits, in_order
+from turnrl.types import TerminationReason, ToolCall, Trajectory, Turn
 
 CHARS_PER_TOKEN = 4  # observations are clipped by characters: there is no tokenizer of ours
 
@@ -67,42 +66,19 @@ async def run_endpoint_episode(
     """Play one episode with the endpoint as the agent and grade it. Always returns a
     Trajectory; always closes the env."""
     parser = parser or HermesToolCallParser()
-    start = time.monotonic()
-    deadline = start + limits.episode_timeout_s
+    log = EpisodeLog(limits.episode_timeout_s)
+    remaining = log.remaining
     turns: list[Turn] = []
     messages: list[dict[str, Any]] = []
-    termination = TerminationReason.MAX_TURNS
-    error: str | None = None
-    result: RewardResult | None = None
-    parse_errors = 0
-    env_time = 0.0
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise asyncio.TimeoutError
-        return left
 
     async def run_call(call: ToolCall, turn: Turn) -> tuple[str, bool, bool]:
         """(observation, terminated, truncated) of one call."""
-        nonlocal parse_errors, env_time
-        t0 = time.monotonic()
-        step = await asyncio.wait_for(env.step(call), remaining())
-        env_time += time.monotonic() - t0
-        turn.reward += step.reward
-        turn.anchor = step.info.get("anchor", step.observation)
-        if step.info.get("error") in MALFORMED:
-            parse_errors += 1
-            turn.malformed = True
+        step = await log.step(env, call, turn)
         return step.observation, step.terminated, step.truncated
 
     try:
         try:
-            first = await asyncio.wait_for(env.reset(request.task), remaining())
-            messages = [
-                {"role": "system", "content": env.instructions},
-                {"role": "user", "content": first},
-            ]
+            messages = await log.reset(env, request.task)
             tools = env.tool_schemas()
             for _ in range(limits.max_turns):
                 (reply,) = await asyncio.wait_for(chat.reply(messages, tools=tools), remaining())
@@ -124,7 +100,7 @@ async def run_endpoint_episode(
                             try:
                                 call = native_call(raw)
                             except ParseError as e:
-                                parse_errors += 1
+                                log.parse_errors += 1
                                 turn.malformed, turn.parse_error = True, str(e)
                                 text = f"Error: {e}"
                             else:
@@ -143,7 +119,7 @@ async def run_endpoint_episode(
                     try:
                         calls = parser.parse(reply.text)
                     except ParseError as e:
-                        parse_errors += 1
+                        log.parse_errors += 1
                         turn.malformed, turn.parse_error = True, str(e)
                         turn.anchor = ("parse_error",)
                         observations.append(f"Error: {e}")
@@ -165,51 +141,22 @@ async def run_endpoint_episode(
                                 ),
                             }
                         )
-                if terminated:
-                    termination = TerminationReason.DONE
+                if log.turn_ends_episode(env, turn, terminated, limits.max_parse_errors):
                     break
-                if parse_errors >= limits.max_parse_errors:
-                    termination = TerminationReason.PARSE_ERRORS
-                    break
-            result = await asyncio.wait_for(env.grade(), max(remaining(), 1.0))
+            await log.grade(env)
         except asyncio.TimeoutError:
-            termination, error = TerminationReason.TIMEOUT, "episode wall-clock limit reached"
+            log.timed_out()
         except OpenAITimeout as e:
-            termination, error = TerminationReason.TIMEOUT, f"endpoint: {e}"
+            log.ended(TerminationReason.TIMEOUT, f"endpoint: {e}")
         except OpenAIError as e:
-            termination, error = TerminationReason.ENV_ERROR, f"endpoint: {e}"
+            log.ended(TerminationReason.ENV_ERROR, f"endpoint: {e}")
         except Exception as e:  # a crashing env ends its episode, never the evaluation
-            termination, error = TerminationReason.ENV_ERROR, f"{type(e).__name__}: {e}"
+            log.crashed(e)
     finally:
-        try:
-            await asyncio.wait_for(env.close(), 30)
-        except Exception as e:
-            error = error or f"close failed: {type(e).__name__}: {e}"
+        await log.close(env)
 
-    metrics: dict[str, float] = {
-        "turns": float(len(turns)),
-        "parse_errors": float(parse_errors),
-        "time/episode_s": time.monotonic() - start,
-        "time/env_s": env_time,
-    }
-    if result is not None:
-        metrics.update(grade_metrics(result))
-    return Trajectory(
-        task_id=request.task.id,
-        group_id=request.group_id,
-        prompt_len=0,
-        token_ids=[],
-        loss_mask=[],
-        behavior_logprobs=[],
-        policy_versions=[],
-        turns=turns,
-        reward=result.reward if result is not None else 0.0,
-        termination=termination,
-        error=error,
-        metrics=metrics,
-        flags=list(result.flags) if result is not None else [],
-        messages=messages,
-    )
+    metrics = {"turns": float(len(turns)), "parse_errors": float(log.parse_errors), **log.times()}
+    return log.trajectory(request, turns, messages, metrics)
 
 
 async def collect_endpoint(
@@ -220,59 +167,8 @@ async def collect_endpoint(
     max_concurrency: int = 8,
 ) -> list[Trajectory]:
     """All episodes, at most ``max_concurrency`` requests in flight, in request order."""
-    gate = asyncio.Semaphore(max_concurrency)
 
-    async def one(req: EpisodeRequest) -> Trajectory:
-        async with gate:
-            return await run_endpoint_episode(make_env(), req, chat, limits)
+    async def play(req: EpisodeRequest) -> Trajectory:
+        return await run_endpoint_episode(make_env(), req, chat, limits)
 
-    return list(await asyncio.gather(*(one(r) for r in requests)))
-
-
-def run_endpoint_eval(
-    cfg: Any, chat: OpenAIChat, k: int = 1, n_tasks: int = 40, baselines: bool = True
-) -> dict[str, Any]:
-    """``turnrl eval --endpoint``: the endpoint model on ``n_tasks`` held-out tasks of
-    ``cfg.env``, k episodes each, with the same metrics as a local policy's evaluation.
-    Raises OpenAIError when every episode failed on the endpoint (nothing was measured)."""
-    from turnrl.envs.registry import make_family
-    from turnrl.train.evaluate import evaluate_scripted, summarize
-    from turnrl.train.loop import limits_of
-
-    family = make_family(cfg.env.name, cfg.env.options)
-    try:
-        tasks = family.tasks("test", n_tasks, seed=cfg.seed)
-        requests = [
-            EpisodeRequest(task, f"eval-{task.id}", cfg.seed * 100_000 + i * k + j)
-            for i, task in enumerate(tasks)
-            for j in range(k)
-        ]
-        trajs = asyncio.run(
-            collect_endpoint(
-                requests, family.make_env, chat, limits_of(cfg), cfg.rollout.max_concurrency
-            )
-        )
-        failed = [t.error for t in trajs if t.error and t.error.startswith("endpoint:")]
-        if trajs and len(failed) == len(trajs):
-            raise (OpenAITimeout if "timed out" in failed[0] else OpenAIError)(
-                f"every episode failed; first: {failed[0].removeprefix('endpoint: ')}"
-            )
-        result = summarize(trajs, k)
-        out: dict[str, Any] = {
-            "env": cfg.env.name,
-            "endpoint": f"{chat.model} @ {chat.base_url}",
-            "tasks": len(tasks),
-            **result.__dict__,
-            "endpoint_errors": len(failed),
-        }
-        out[f"pass^{k}"] = out.pop("pass_hat_k")
-        out[f"pass@{k}"] = out.pop("pass_at_k")
-        if baselines:
-            out["baseline/do_nothing"] = asyncio.run(evaluate_scripted(family, tasks, "baseline"))
-            if hasattr(family, "random_agent"):
-                out["baseline/random"] = asyncio.run(
-                    evaluate_scripted(family, tasks, "random", seed=cfg.seed)
-                )
-        return out
-    finally:
-        family.close()
+    return await in_order(requests, play, max_concurrency)

@@ -1,10 +1,13 @@
 """Frozen subagents: a ``delegate(task)`` tool whose answer is an observation.
 
-With ``subagent.enabled`` every env of the run is wrapped in :class:`DelegatingEnv`, which adds
-one tool, ``delegate(task)``. A call runs a whole sub-episode: the env provides where the
-subagent works (``env.subagent_env()``, see :mod:`turnrl.envs.base`), a frozen model plays
-it under its own budgets (turns, tokens, wall clock), and the observation of the step that
-ended it (its answer) comes back to the agent as the tool's output.
+With ``subagent.enabled`` every env of the run is wrapped in
+:class:`~turnrl.envs.wrappers.DelegatingEnv`, which adds one tool, ``delegate(task)``. A call
+runs a whole sub-episode: the env provides where the subagent works (``env.subagent_env()``,
+see :mod:`turnrl.envs.base`), a frozen model plays it under its own budgets (turns, tokens,
+wall clock), and the observation of the step that ended it (its answer) comes back to the agent
+as the tool's output. This module holds the drivers that play sub-episodes (a local model, an
+endpoint, the env's scripted sub-expert), the family that wraps every env, and the metrics; the
+run builds the subagent a config asks for (:mod:`turnrl.run.build`).
 
 Why frozen: the policy gradient treats everything the env returns as drawn from a
 distribution that does not depend on the policy's parameters (mask 0, no gradient). A
@@ -29,16 +32,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from turnrl.chat import ChatRenderer
-from turnrl.envs.base import StepResult, ToolEnv, ToolOutput, tool_schema
-from turnrl.envs.scripted import ScriptedAgent, ScriptedEpisode, run_scripted
+from turnrl.envs.base import ToolEnv
+from turnrl.envs.wrappers import STOPS, AnswerRecorder, Subagent, SubCall
 from turnrl.policy.hf import HFPolicy
 from turnrl.rollout.agent_loop import (
     EpisodeRequest,
@@ -47,79 +49,11 @@ from turnrl.rollout.agent_loop import (
     run_episode,
 )
 from turnrl.rollout.batcher import GenerationBatcher
-from turnrl.types import RewardResult, Task, TerminationReason, Trajectory
-
-STOPS = {
-    TerminationReason.MAX_TURNS: "ran out of turns",
-    TerminationReason.CONTEXT_LIMIT: "ran out of context tokens",
-    TerminationReason.TIMEOUT: "ran past its time limit",
-    TerminationReason.PARSE_ERRORS: "wrote too many malformed tool calls",
-    TerminationReason.ENV_ERROR: "failed",
-}
+from turnrl.rollout.endpoint_agent import CHARS_PER_TOKEN, run_endpoint_episode
+from turnrl.types import Task, TerminationReason, Trajectory
 
 
-@dataclass
-class SubCall:
-    """One delegated call as the main episode records it."""
-
-    reason: str  # the sub-episode's TerminationReason value ("done": it answered)
-    turns: int
-    tokens: int  # the sub-episode's context (prompt, actions, observations)
-    generated_tokens: int  # tokens the subagent sampled
-    time_s: float
-    answer: str | None = None
-    error: str | None = None
-    success: float | None = None  # the sub-env's own grade, where it gives one
-
-    @property
-    def observation(self) -> str:
-        if self.answer is not None:  # the tool's output is the answer itself
-            return self.answer
-        detail = f": {self.error}" if self.error else ""
-        return f"The subagent stopped without an answer: it {STOPS[TerminationReason(self.reason)]}{detail}."
-
-
-class _Answered(ToolEnv):
-    """Forwards to a sub-env and keeps the observation of the step that ended the episode
-    (the subagent's answer)."""
-
-    def __init__(self, env: ToolEnv) -> None:
-        self.env, self.result = env, None  # the answer
-        self.tools, self.final_answer = env.tools, env.final_answer
-
-    @property
-    def instructions(self) -> str:  # type: ignore[override]
-        return self.env.instructions
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return self.env.tool_schemas()
-
-    async def reset(self, task: Task) -> str:
-        return await self.env.reset(task)
-
-    async def step(self, call) -> StepResult:
-        return self._keep(await self.env.step(call))
-
-    async def answer(self, text: str) -> StepResult:  # type: ignore[override]
-        return self._keep(await self.env.answer(text))
-
-    def _keep(self, step: StepResult) -> StepResult:
-        if step.terminated:
-            self.result = step.observation
-        return step
-
-    async def grade(self) -> RewardResult:
-        return await self.env.grade()
-
-    async def close(self) -> None:
-        await self.env.close()
-
-
-class Subagent(Protocol):
-    async def run(self, env: ToolEnv, task: Task) -> SubCall: ...
-
-
-def _call_of(traj: Trajectory, env: _Answered, generated: int) -> SubCall:
+def _call_of(traj: Trajectory, env: AnswerRecorder, generated: int) -> SubCall:
     done = traj.termination is TerminationReason.DONE
     return SubCall(
         reason=traj.termination.value,
@@ -170,7 +104,7 @@ class ModelSubagent:
     async def run(self, env: ToolEnv, task: Task) -> SubCall:
         gate, batcher = self._state.get()
         assert batcher is not None
-        answered = _Answered(env)
+        answered = AnswerRecorder(env)
         request = EpisodeRequest(task, task.id, self._rng.randrange(2**20))
         async with gate:
             traj = await run_episode(answered, request, self.renderer, batcher, self.limits)
@@ -186,10 +120,8 @@ class EndpointSubagent:
         self._state = _PerLoop(concurrency, None)
 
     async def run(self, env: ToolEnv, task: Task) -> SubCall:
-        from turnrl.rollout.endpoint_agent import CHARS_PER_TOKEN, run_endpoint_episode
-
         gate, _ = self._state.get()
-        answered = _Answered(env)
+        answered = AnswerRecorder(env)
         async with gate:
             traj = await run_endpoint_episode(
                 answered, EpisodeRequest(task, task.id, 0), self.chat, self.limits
@@ -203,172 +135,6 @@ class EndpointSubagent:
         call = _call_of(traj, answered, sum(written) // CHARS_PER_TOKEN)
         call.tokens = sum(chars) // CHARS_PER_TOKEN
         return call
-
-
-class ScriptedSubagent:
-    """The env's scripted sub-expert as the subagent, for SFT demonstrations: its episodes are
-    kept (``episodes``) so the warm start also learns the subagent's side."""
-
-    def __init__(self, expert: Callable[[Task], ScriptedAgent], max_turns: int) -> None:
-        self.expert, self.max_turns = expert, max_turns
-        self.episodes: list[ScriptedEpisode] = []
-
-    async def run(self, env: ToolEnv, task: Task) -> SubCall:
-        answered = _Answered(env)
-        t0 = time.monotonic()
-        ep = await run_scripted(answered, task, self.expert(task), max_turns=self.max_turns)
-        self.episodes.append(ep)
-        done = ep.terminated and answered.result is not None
-        return SubCall(
-            reason=(TerminationReason.DONE if done else TerminationReason.MAX_TURNS).value,
-            turns=len(ep.calls),
-            tokens=0,
-            generated_tokens=0,
-            time_s=time.monotonic() - t0,
-            answer=answered.result if done else None,
-            success=float(ep.result.success) if ep.result is not None else None,
-        )
-
-
-class DelegatingEnv(ToolEnv):
-    """An env with one more tool, ``delegate``, answered by ``subagent`` (see the module
-    docstring). Everything else is the wrapped env's."""
-
-    def __init__(self, env: ToolEnv, subagent: Subagent) -> None:
-        self.env, self.subagent = env, subagent
-        self.tools = (*env.tools, "delegate")
-        self.final_answer = env.final_answer
-        self.name = env.name
-        self.calls: list[SubCall] = []
-        self.task: Task | None = None
-
-    @property
-    def instructions(self) -> str:  # type: ignore[override]
-        return self.env.instructions
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return [*self.env.tool_schemas(), tool_schema(self.delegate)]
-
-    async def reset(self, task: Task) -> str:
-        self.task, self.calls = task, []
-        return await self.env.reset(task)
-
-    async def delegate(self, task: str) -> ToolOutput:
-        """Hand a sub-task to a helper who can use tools you cannot; returns its answer."""
-        assert self.task is not None, "delegate before reset"
-        sub_task = Task(
-            f"{self.task.id}/sub{len(self.calls)}",
-            self.task.env,
-            {"task": task, "parent": self.task.payload},
-            self.task.split,
-        )
-        t0 = time.monotonic()
-        try:
-            call = await self.subagent.run(self.env.subagent_env(), sub_task)
-        except Exception as e:  # a failing subagent is the agent's observation, not a crash
-            call = SubCall(
-                TerminationReason.ENV_ERROR.value, 0, 0, 0, time.monotonic() - t0,
-                error=f"{type(e).__name__}: {e}",
-            )  # fmt: skip
-        self.calls.append(call)
-        return ToolOutput(call.observation)
-
-    async def step(self, call) -> StepResult:
-        if call.name == "delegate" or call.name not in self.tools:
-            return await super().step(call)
-        return await self.env.step(call)
-
-    async def answer(self, text: str) -> StepResult:  # type: ignore[override]
-        return await self.env.answer(text)
-
-    def anchor(self, observation: str) -> Any:
-        return self.env.anchor(observation)
-
-    async def grade(self) -> RewardResult:
-        result = await self.env.grade()
-        result.info = {**result.info, "subagent": [asdict(c) for c in self.calls]}
-        return result
-
-    async def close(self) -> None:
-        await self.env.close()
-
-
-class SharedStateEnv(ToolEnv):
-    """A subagent's view of its parent env's state: the parent's ``tools`` (those in
-    ``allowed``) on the same object, the delegated text as the task, and a plain-text reply
-    as the answer. It never resets or closes the parent, and it is never graded for reward."""
-
-    final_answer = True
-
-    def __init__(self, parent: ToolEnv, allowed: tuple[str, ...]) -> None:
-        self.parent, self.tools = parent, tuple(allowed)
-        self.instructions = (
-            "You are a helper. Use the tools to do the task, then reply with the answer in "
-            "plain text (no tool call)."
-        )
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        return [s for s in self.parent.tool_schemas() if s["function"]["name"] in self.tools]
-
-    async def reset(self, task: Task) -> str:
-        return str(task.payload["task"])
-
-    async def step(self, call) -> StepResult:
-        if call.name not in self.tools:
-            return await super().step(call)  # the unknown-tool message, listing ours
-        return await self.parent.step(call)
-
-    async def answer(self, text: str) -> StepResult:  # type: ignore[override]
-        return StepResult(text, terminated=True)
-
-    async def grade(self) -> RewardResult:
-        return RewardResult(0.0, False)
-
-
-class _Absent:
-    async def run(self, env: ToolEnv, task: Task) -> SubCall:
-        raise RuntimeError("no subagent has started (and the env has no subagent_expert)")
-
-
-class SubagentFamily:
-    """A family whose envs are wrapped in :class:`DelegatingEnv`. Until :func:`start_subagent`
-    gives it a model, the env's scripted sub-expert answers (the SFT demonstrations), and the
-    sub-episodes it plays join the demonstrations (``sub_demonstrations``)."""
-
-    def __init__(self, family: Any, max_turns: int) -> None:
-        self.family, self.name = family, family.name
-        self.subagent: Subagent | None = None
-        expert = getattr(family, "subagent_expert", None)
-        self.scripted = ScriptedSubagent(expert, max_turns) if expert is not None else None
-        for optional in ("expert", "baseline", "random_agent"):
-            if hasattr(family, optional):
-                setattr(self, optional, getattr(family, optional))
-
-    def tasks(self, split: str, n: int | None = None, seed: int = 0) -> list[Task]:
-        return self.family.tasks(split, n, seed)
-
-    def make_env(self) -> ToolEnv:
-        return DelegatingEnv(self.family.make_env(), self.subagent or self.scripted or _Absent())
-
-    def sub_demonstrations(self) -> list[ScriptedEpisode]:
-        return list(self.scripted.episodes) if self.scripted is not None else []
-
-    def close(self) -> None:
-        self.family.close()
-
-
-def with_subagent(family: Any, max_turns: int) -> SubagentFamily:
-    """``family`` with the delegate tool; ValueError (one line) when its env has no sub-env."""
-    env = family.make_env()
-    if "delegate" in env.tools:
-        raise ValueError(f"subagent.enabled: env {family.name} already has a tool named delegate")
-    has_hook = type(env).subagent_env is not ToolEnv.subagent_env
-    if not (has_hook or env.subagent_tools):
-        raise ValueError(
-            f"subagent.enabled: env {family.name} gives a subagent nowhere to work; define "
-            "subagent_env() or subagent_tools on its env class (see turnrl.envs.base)"
-        )
-    return SubagentFamily(family, max_turns)
 
 
 class Snapshot:
@@ -416,76 +182,6 @@ class SubagentRun:
         if self.snapshot is not None:
             out["subagent/version"] = float(self.snapshot.policy.version)
         return out
-
-
-def start_subagent(
-    cfg: Any,
-    family: SubagentFamily,
-    model: torch.nn.Module,
-    tokenizer: Any,
-    renderer: ChatRenderer,
-    version: int,
-) -> SubagentRun:
-    """Build the run's subagent (``subagent.*``) and hand it to ``family``'s envs."""
-    s = cfg.subagent
-    limits = RolloutLimits(
-        max_turns=s.max_turns,
-        max_context_tokens=s.max_context_tokens,
-        max_new_tokens=s.max_new_tokens,
-        max_obs_tokens=cfg.rollout.max_obs_tokens,
-        max_parse_errors=cfg.rollout.max_parse_errors,
-        episode_timeout_s=s.timeout_s,
-    )
-    snapshot = None
-    if isinstance(s.model, dict):
-        from turnrl.policy.openai import endpoint_chat
-
-        chat = endpoint_chat({"max_tokens": s.max_new_tokens, **s.model}, "subagent.model")
-        run = SubagentRun(EndpointSubagent(chat, limits, s.concurrency))
-        run.describe = f"endpoint {chat.model} @ {chat.base_url}"
-    else:
-        if s.model == "snapshot":
-            snapshot = Snapshot(model, tokenizer.pad_token_id, version)
-            policy, sub_renderer = snapshot.policy, renderer
-        else:
-            from turnrl.chat import check_template
-            from turnrl.policy.models import load_model, load_tokenizer, place
-
-            tok = load_tokenizer(s.model, cfg.model.trust_remote_code)
-            loaded = load_model(s.model, cfg.model.dtype, cfg.model.device)
-            loaded = place(loaded, cfg.model.device, cfg.model.dtype).eval().requires_grad_(False)
-            policy = HFPolicy(loaded, tok.pad_token_id)
-            sub_renderer = check_template(tok, "auto", source=s.model)
-        sub = ModelSubagent(policy, sub_renderer, limits, s.temperature, s.concurrency, cfg.seed)
-        run = SubagentRun(sub, snapshot, s.refresh_every)
-        run.describe = (
-            f"snapshot of the policy at version {version}"
-            + (f", refreshed every {s.refresh_every} steps" if s.refresh_every else ", frozen")
-            if snapshot is not None
-            else f"model {s.model}"
-        )
-    family.subagent = run.subagent
-    return run
-
-
-def eval_subagent(
-    cfg: Any, family: Any, run_dir: Any, model: torch.nn.Module, tokenizer: Any, renderer: Any
-) -> SubagentFamily:
-    """``family`` with the subagent of the run being evaluated (``turnrl eval``): a snapshot
-    that was never refreshed is the run's starting policy again (``run_dir/warm_start`` for the
-    tiny model, else ``model.name``); a refreshed one is the evaluated policy, as it was after
-    the run's last refresh at the latest."""
-    wrapped = with_subagent(family, cfg.subagent.max_turns)
-    start = model
-    if cfg.subagent.model == "snapshot" and not cfg.subagent.refresh_every and run_dir is not None:
-        from turnrl.policy.models import load_model, place
-
-        m = cfg.model
-        warm = run_dir / "warm_start"
-        source = warm if (warm / "config.json").exists() else m.name
-        start = place(load_model(source, m.dtype, m.device, m.trust_remote_code), m.device, m.dtype)
-    start_subagent(cfg, wrapped, start, tokenizer, renderer, 0)
-    return wrapped
 
 
 def episode_metrics(calls: list[dict[str, Any]]) -> dict[str, float]:

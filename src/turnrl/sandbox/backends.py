@@ -41,13 +41,31 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from turnrl.sandbox.run import Limits
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-command resource limits; all apply to each sandbox separately."""
+
+    cpu_seconds: int = 10  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
+    memory_mb: int = 1024  # RLIMIT_AS per process
+    max_processes: int = 64  # RLIMIT_NPROC, counted inside the sandbox's own user namespace
+    file_size_mb: int = 64  # RLIMIT_FSIZE (SIGXFSZ)
+    wall_seconds: float = 20.0  # then SIGKILL to everything in the sandbox
+    max_output_bytes: int = 65536  # stdout+stderr kept: head and tail halves around a marker
+    tmpfs_mb: int = 256  # size of the private /tmp (and /dev/shm) under bwrap
+
+    def __post_init__(self) -> None:
+        bad = [f"{name}={value!r}" for name, value in vars(self).items() if not value > 0]
+        if bad:
+            raise ValueError(f"Limits must be positive: {', '.join(bad)}")
+
 
 Backend = Literal["bwrap", "unshare", "none"]
 BACKENDS: tuple[Backend, ...] = ("bwrap", "unshare", "none")
@@ -138,9 +156,7 @@ def hidden_paths(binds: Sequence[str]) -> list[str]:
 
 @functools.cache  # an installation does not move while the process runs; globbing costs
 def _hidden_paths(binds: tuple[str, ...]) -> tuple[str, ...]:
-    import turnrl
-
-    package = Path(turnrl.__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # the turnrl package
     found = [package] if any(_under(str(package), b) for b in binds) else []
     for root in {package.parent, *(Path(b) for b in binds)}:
         for site in [root] if root == package.parent else root.glob("lib*/python*/site-packages"):
@@ -285,8 +301,6 @@ def prepare_workspace(workspace: Path) -> None:
 @functools.cache
 def backend_works(backend: Backend) -> bool:
     """Run ``true`` through this backend once; cached for the life of the process."""
-    from turnrl.sandbox.run import Limits
-
     needed = {"bwrap": "bwrap", "unshare": "unshare", "none": "prlimit"}[backend]
     if shutil.which(needed) is None or (is_root() and shutil.which("setpriv") is None):
         return False

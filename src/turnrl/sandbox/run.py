@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from turnrl.sandbox.backends import (
     SANDBOX_HOME,
     Backend,
+    Limits,
     prepare_workspace,
     sandbox_argv,
     sandbox_backend,
@@ -35,24 +36,6 @@ _DRAIN_GRACE_S = 2.0  # after the command ends, how long to wait for the pipe to
 
 # Output that says the command died of its memory limit (RLIMIT_AS makes allocations fail).
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-command resource limits; all apply to each sandbox separately."""
-
-    cpu_seconds: int = 10  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
-    memory_mb: int = 1024  # RLIMIT_AS per process
-    max_processes: int = 64  # RLIMIT_NPROC, counted inside the sandbox's own user namespace
-    file_size_mb: int = 64  # RLIMIT_FSIZE (SIGXFSZ)
-    wall_seconds: float = 20.0  # then SIGKILL to everything in the sandbox
-    max_output_bytes: int = 65536  # stdout+stderr kept: head and tail halves around a marker
-    tmpfs_mb: int = 256  # size of the private /tmp (and /dev/shm) under bwrap
-
-    def __post_init__(self) -> None:
-        bad = [f"{name}={value!r}" for name, value in vars(self).items() if not value > 0]
-        if bad:
-            raise ValueError(f"Limits must be positive: {', '.join(bad)}")
 
 
 @dataclass

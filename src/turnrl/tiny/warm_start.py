@@ -23,7 +23,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import LlamaForCausalLM
@@ -34,10 +34,12 @@ from turnrl.envs.scripted import ScriptedEpisode
 from turnrl.tiny.induction import induction_warmup
 from turnrl.tiny.model import load_tokenizer, tiny_model, tool_call_tokens, train_tokenizer
 from turnrl.tiny.sft import TinyTerms, value_mask
-from turnrl.train.config import TrainConfig
 from turnrl.train.metrics import clock
-from turnrl.train.setup import cache_root, demonstrations, train_demos
+from turnrl.train.sft import cache_root, demonstrations, train_demos
 from turnrl.types import Task
+
+if TYPE_CHECKING:
+    from turnrl.run.config import TrainConfig
 
 CACHE_VERSION = 13  # bump when the warm start changes in a way the config does not show
 
@@ -82,7 +84,7 @@ def cache_key(cfg: TrainConfig, family: Family) -> str:
                 **({"env_source": source} if source else {}),
                 "model": cfg.model.model_dump(),
                 "tiny": cfg.tiny.model_dump() if cfg.tiny is not None else None,
-                "env": cfg.env.model_dump(exclude={"eval_tasks"}),
+                "env": cfg.env.model_dump(exclude={"eval_tasks", "path"}),
                 "sft": cfg.sft.model_dump(),
                 "seed": cfg.seed,
                 "rollout": [

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from turnrl.train.distributed import Dist
+    from turnrl.train.parallel import Dist
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -120,18 +120,3 @@ def tokenizer_source(run_dir: Path, name: str) -> str:
     """Where a run reads its tokenizer (and chat template): its own copy once it has one."""
     saved = saved_policy(run_dir)
     return name if saved is None else str(saved)
-
-
-def export_run(run_dir: Path, out: Path, cfg: Any) -> Path:
-    """Write ``run_dir``'s latest policy to ``out`` as a save_pretrained directory.
-
-    A run with a saved policy is copied as it is; an older run (warm start in ``model``,
-    trained weights only in ``checkpoints/last.pt``) is rebuilt from those and written."""
-    saved = saved_policy(run_dir)
-    if saved is not None:
-        shutil.copytree(saved, out)
-        return out
-    from turnrl.train.eval_cli import load_policy
-
-    model, tok = load_policy(cfg, run_dir)
-    return write_policy(out, model, tok, cfg.model.name, step=-1, adapter_out=None)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from turnrl.types import TerminationReason, Trajectory
+from turnrl.types import TerminationReason, Trajectory, is_hack
 
 logger = logging.getLogger("turnrl")
 
@@ -76,7 +76,7 @@ def trajectory_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "success/proxy": mean("proxy_success")
         if any("proxy_success" in t.metrics for t in trajs)
         else mean("success"),
-        "hack_rate": sum(bool(t.flags) for t in trajs) / n,
+        "hack_rate": sum(is_hack(t.flags) for t in trajs) / n,  # tampering, not findings
         "truncation_rate": sum(t.truncated for t in trajs) / n,
         "episode/turns_mean": mean("turns"),
         "episode/tokens_mean": mean("tokens"),
@@ -97,7 +97,10 @@ def sample_record(t: Trajectory, renderer) -> dict:
         "termination": t.termination.value,
         "flags": t.flags,
         "error": t.error,
-        "messages": [{"role": m["role"], "content": m["content"][:2000]} for m in t.messages[1:]],
+        "messages": [
+            {"role": m["role"], "content": str(m.get("content") or "")[:2000]}
+            for m in t.messages[1:]
+        ],
     }
 
 

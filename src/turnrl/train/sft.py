@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import random
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from turnrl.algo.losses import sequence_logprobs
-from turnrl.chat import ChatRenderer
+from turnrl.chat import ChatRenderer, check_template
 from turnrl.envs.registry import Family
 from turnrl.envs.scripted import ScriptedEpisode, run_scripted
 from turnrl.policy.hf import (
@@ -37,8 +38,12 @@ from turnrl.policy.hf import (
     shared_prefix_logits,
 )
 from turnrl.train.checkpoint import load_checkpoint, save_checkpoint
-from turnrl.train.metrics import PhaseProgress
+from turnrl.train.metrics import PhaseProgress, clock
+from turnrl.train.step import token_logprobs
 from turnrl.types import Task
+
+if TYPE_CHECKING:
+    from turnrl.run.config import TrainConfig
 
 CHECKPOINT_EVERY_S = 60.0  # a long phase saves its progress this often (or less: SaveClock)
 
@@ -212,6 +217,29 @@ def batch_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor) 
     return packed_logits(model, ids, attn)
 
 
+def demo_logprobs(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    mask: torch.Tensor,
+    every_position: bool = False,
+) -> torch.Tensor:
+    """log p(x_t | x_<t) [B, T] (position t scores token t): on the action tokens ``mask``
+    selects, the output layer run only there (a real model's vocabulary is most of a short
+    forward's cost); ``every_position`` computes all of them from full logits (the tiny lab's
+    extra terms read positions outside the mask)."""
+    if every_position:
+        return sequence_logprobs(batch_logits(model, ids, attn), ids)  # [B, T]
+    return token_logprobs(model, ids, attn, mask)[0]  # [B, T], 0 off the mask
+
+
+def autocast_to(device: torch.device, precision: torch.dtype | None):
+    """``torch.autocast`` to ``precision`` on ``device``'s kind, or nothing for None."""
+    if precision is None:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=precision)
+
+
 def sft_train(
     model: torch.nn.Module,
     demos: list[Demo],
@@ -224,9 +252,12 @@ def sft_train(
     extra: ExtraTerms | None = None,
     log: Callable[[str], None] | None = None,
     checkpoint: Path | None = None,
+    precision: torch.dtype | None = None,
 ) -> list[float]:
     """Next-token cross-entropy on action tokens (plus ``extra``'s terms); one-cycle lr
     schedule, AdamW without weight decay. Returns the demonstration loss per optimizer step.
+    ``precision``: forward and backward under ``torch.autocast`` to it (bf16), the weights,
+    gradients and optimizer state staying float32, as the RL step does.
 
         loss = sum_t m_t l_t / sum_t m_t      l_t = -log p(x_t | x_<t), m the action mask
 
@@ -305,8 +336,8 @@ def sft_train(
                 idx = batches[b]
                 ids, attn = pad_right([demos[i].token_ids for i in idx], pad_id, device)
                 mask, _ = pad_right([demos[i].loss_mask for i in idx], 0, device)
-                logits = batch_logits(model, ids, attn)  # [B, T, V]
-                lp = sequence_logprobs(logits, ids)  # [B, T], position t scores token t
+                with autocast_to(device, precision):
+                    lp = demo_logprobs(model, ids, attn, mask, every_position=extra is not None)
                 m = mask.float()  # [B, T] action tokens
                 loss = -(lp * m).sum() / m.sum().clamp(min=1)
                 term = extra.demo_term(idx, lp) if extra is not None else None
@@ -332,3 +363,113 @@ def sft_train(
     if checkpoint is not None:
         save(epochs, 0, done=True)
     return losses
+
+
+# -- the warm start of a run: the env's scripted expert as demonstrations ----------------------
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TURNRL_CACHE", Path.home() / ".cache" / "turnrl"))
+
+
+def demonstrations(
+    cfg: TrainConfig,
+    family: Family,
+    train_tasks: list[Task],
+    log: Callable[[str], None] | None = None,
+    saved: Path | None = None,
+) -> list[ScriptedEpisode]:
+    """``sft.episodes`` episodes of the env's scripted expert (mistakes at rate ``sft.noise``)
+    on training tasks drawn with the run's seed. With ``saved``: read from that file when it
+    exists, else written there once played, so a resumed SFT trains on the very same rows."""
+    if not callable(getattr(family, "expert", None)):
+        raise ValueError(f"sft.enabled: env {family.name!r} has no scripted expert to imitate")
+    if saved is not None and saved.exists():
+        return pickle.loads(saved.read_bytes())
+    say = log if log is not None else (lambda line: None)
+    n = cfg.sft.episodes
+    say(f"warm start: playing {n} episodes of the env's scripted expert (noise {cfg.sft.noise})")
+    rng = random.Random(cfg.seed)
+    tasks = [rng.choice(train_tasks) for _ in range(n)]
+    t0, progress = time.monotonic(), PhaseProgress("episode", n, say)
+    episodes = play_demonstrations(
+        family, tasks, cfg.sft.noise, cfg.seed, cfg.rollout.max_turns, done=progress.update
+    )
+    say(f"warm start: {n} episodes played in {clock(time.monotonic() - t0)}")
+    # with a subagent, the sub-episodes its scripted expert played teach that side too
+    episodes = episodes + getattr(family, "sub_demonstrations", list)()
+    if saved is not None:
+        try:
+            data = pickle.dumps(episodes)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            say(f"warm start: episodes not saved ({e}); a resume plays them again")
+        else:
+            write_atomic(saved, data)
+    return episodes
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write-then-rename: a kill leaves the old file or none, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def render_demos(
+    cfg: TrainConfig, episodes: list[ScriptedEpisode], renderer: ChatRenderer
+) -> list[tuple[ScriptedEpisode, Demo]]:
+    """Each episode with its token-exact demonstration; those over the context budget are
+    dropped."""
+    out = []
+    for ep in episodes:
+        demo = render_demo(
+            ep, renderer, ep.tools, cfg.rollout.max_obs_tokens, cfg.rollout.max_context_tokens
+        )
+        if demo is not None:
+            out.append((ep, demo))
+    return out
+
+
+def train_demos(
+    cfg: TrainConfig,
+    episodes: list[ScriptedEpisode],
+    model: torch.nn.Module,
+    tok: Any,
+    log: Callable[[str], None],
+    extra: Callable[[ChatRenderer, list[tuple[ScriptedEpisode, Demo]]], ExtraTerms] | None = None,
+    checkpoint: Path | None = None,
+    precision: torch.dtype | None = None,
+) -> None:
+    """SFT on ``episodes`` with the ``sft.*`` settings; ``extra`` builds added loss terms
+    from the rendered demonstrations (the tiny lab's). ``checkpoint``, ``precision``: see
+    ``sft_train``."""
+    t0 = time.monotonic()
+    renderer = check_template(tok, cfg.model.tool_format, source=cfg.model.name)
+    pairs = render_demos(cfg, episodes, renderer)
+    demos = [d for _, d in pairs]
+    s = cfg.sft
+    batches = (len(demos) + s.batch_size - 1) // s.batch_size
+    log(
+        f"warm start: SFT on {len(demos)} demonstrations "
+        f"({sum(len(d.token_ids) for d in demos)} tokens): {s.epochs} epochs of {batches} "
+        f"batches of {s.batch_size} = {s.epochs * batches} steps"
+    )
+    losses = sft_train(
+        model,
+        demos,
+        epochs=s.epochs,
+        lr=s.lr,
+        batch_size=s.batch_size,
+        pad_id=tok.pad_token_id,
+        seed=cfg.seed,
+        extra=extra(renderer, pairs) if extra is not None else None,
+        log=log,
+        checkpoint=checkpoint,
+        precision=precision,
+    )
+    final = f" (final loss {losses[-1]:.3f})" if losses else ""
+    log(f"warm start: SFT done in {clock(time.monotonic() - t0)}{final}")

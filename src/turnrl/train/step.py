@@ -29,17 +29,20 @@ from torch.utils.checkpoint import checkpoint
 from turnrl.algo.advantages import compute_advantages, no_credit_for_malformed
 from turnrl.algo.critic import TurnCritic, turn_boundary_positions, value_loss
 from turnrl.algo.losses import policy_loss, sequence_logprobs, token_entropy
+from turnrl.policy.hf import shared_prefix_length
 from turnrl.train.batch import Batch
 
 if TYPE_CHECKING:
-    from turnrl.train.config import TrainConfig
-    from turnrl.train.distributed import Dist
+    from turnrl.run.config import TrainConfig
+    from turnrl.train.parallel import Dist
     from turnrl.types import Trajectory
 
 Log = Callable[[str], None]
 
 # Positions per output-layer chunk: at a 152k vocabulary one chunk's float32 logits are 0.3 GB.
 LOGIT_CHUNK = 512
+# Rows of a micro-batch sharing at least this many leading tokens run them once (trunk_hidden).
+SHARED_PREFIX_MIN = 32
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +79,42 @@ def _scored_chunk(
     return logp, ent
 
 
+def trunk_hidden(
+    trunk: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    min_prefix: int = SHARED_PREFIX_MIN,
+) -> torch.Tensor:
+    """``trunk(input_ids, attention_mask).last_hidden_state`` for right-padded rows, running
+    the tokens every row starts with once: the episodes of one task group share their whole
+    prompt (system prompt, tool list, task: most of a short episode), so the prefix's keys and
+    values are computed for one row and repeated for the rest. Exact up to float summation
+    order; gradients flow through the shared part as usual. Plain forward when the shared prefix
+    is short or the trunk recomputes activations (gradient checkpointing keeps no cache).
+    Shapes: ``[B, T]`` -> ``[B, T, H]``."""
+    B, T = input_ids.shape
+    p = shared_prefix_length(input_ids, attention_mask)
+    if B < 2 or p < min_prefix or getattr(trunk, "gradient_checkpointing", False):
+        return trunk(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
+    head = trunk(input_ids=input_ids[:1, :p], use_cache=True)
+    cache = head.cache
+    if not hasattr(cache, "batch_repeat_interleave"):  # a model with its own kind of cache
+        return trunk(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
+    cache.batch_repeat_interleave(B)
+    tail = trunk(
+        input_ids=input_ids[:, p:],
+        attention_mask=attention_mask,
+        cache=cache,
+        position_ids=torch.arange(p, T, device=input_ids.device).unsqueeze(0).expand(B, -1),
+        use_cache=True,
+    ).last_hidden_state  # [B, T - p, H]
+    return torch.cat([head.last_hidden_state.expand(B, -1, -1), tail], dim=1)
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -106,9 +145,7 @@ def token_logprobs(
         zero = torch.zeros((), dtype=logp.dtype)
         return torch.where(keep, logp, zero), torch.where(keep, ent, zero), out.hidden_states[-1]
     trunk, head = split
-    hidden = trunk(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-    ).last_hidden_state  # [B, T, H]
+    hidden = trunk_hidden(trunk, input_ids, attention_mask)  # [B, T, H]
     sel = score_mask[:, 1:].bool()  # [B, T-1] token t+1 is scored from the state at t
     h = hidden[:, :-1][sel]  # [N, H]
     y = input_ids[:, 1:][sel]  # [N]
@@ -244,24 +281,6 @@ def minibatch_totals(loss_mask: torch.Tensor, value_mask: torch.Tensor | None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def flag_non_finite(trajs: list[Trajectory], env_name: str, log: Log) -> int:
-    """Flag (``non_finite_reward``) and report each episode whose reward or per-turn reward is
-    NaN/inf; the trainer then leaves it out of its group. Returns how many."""
-    count = 0
-    for t in trajs:
-        bad = [t.reward] if not math.isfinite(t.reward) else []
-        bad += [turn.reward for turn in t.turns if not math.isfinite(turn.reward)]
-        if bad:
-            count += 1
-            if "non_finite_reward" not in t.flags:
-                t.flags.append("non_finite_reward")
-            log(
-                f"warning: env {env_name} task {t.task_id}: non-finite reward {bad[0]}; "
-                "the episode is left out of its group"
-            )
-    return count
-
-
 @torch.no_grad()
 def _pre_pass(
     cfg: TrainConfig,
@@ -350,7 +369,7 @@ def train_on_batch(
     trained on this step (NaN where it was not trained).
 
     ``dist``: under torch.distributed every rank holds the same batch and trains on its share of
-    each minibatch's rows (see :mod:`turnrl.train.distributed`); the gradient and every metric
+    each minibatch's rows (see :mod:`turnrl.train.parallel`); the gradient and every metric
     are the one-process ones."""
     a = cfg.algo
     score = dist.scorer if dist is not None else partial(token_logprobs, model)
@@ -432,6 +451,9 @@ def train_on_batch(
         perm = rows[torch.randperm(len(rows), generator=gen).to(rows.device)]
         for mb in perm.split(cfg.optim.minibatch_size):
             optimizer.zero_grad(set_to_none=True)
+            # a group's rows side by side, so a micro-batch shares its prompt (trunk_hidden);
+            # the minibatch loss is a sum over its rows, so their order does not change it
+            mb = mb[torch.argsort(batch.group_index[mb] * len(lengths) + mb)]
             totals = minibatch_totals(
                 adv.loss_mask[mb], None if value_mask is None else value_mask[mb]
             )

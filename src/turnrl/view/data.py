@@ -62,7 +62,7 @@ def read_audit_c(path: Path) -> float:
 
 def drift_table(rows: list[dict], c: float) -> str:
     """HTML: measured proxy-true gaps against those the audit's c predicts, p + (1 - p)(1 - c)."""
-    from turnrl.rewards.audit import EVAL_KEYS, TRAIN_KEYS, drift_summary
+    from turnrl.view.drift import EVAL_KEYS, TRAIN_KEYS, drift_summary
 
     out = [
         f"<p>audit: c = {c:.3f} (share of wrong mutants the training tests catch); predicted "

@@ -13,8 +13,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from turnrl.train.config import TrainConfig
-
 COLUMNS = ["step", "task", "group", "reward", "advantage", "ending", "flags", "transcript"]
 
 
@@ -48,7 +46,7 @@ def transcript(rec: dict[str, Any]) -> str:
 
 
 class WandbLogger:
-    def __init__(self, run_dir: Path, cfg: TrainConfig) -> None:
+    def __init__(self, run_dir: Path, project: str, config: dict[str, Any]) -> None:
         import wandb
 
         id_file = Path(run_dir) / "wandb-id.txt"
@@ -56,12 +54,12 @@ class WandbLogger:
         id_file.write_text(run_id)
         self.wandb = wandb
         self.run = wandb.init(
-            project=cfg.logging.wandb_project,
+            project=project,
             name=Path(run_dir).name,
             id=run_id,
             resume="allow",
             dir=str(run_dir),
-            config=cfg.model_dump(),
+            config=config,
         )
 
     def log(self, step: int, metrics: dict[str, Any], records: list[dict] = ()) -> None:

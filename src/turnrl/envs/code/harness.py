@@ -13,19 +13,28 @@ Modes (``argv[1]``), each reading a JSON spec from stdin:
   target modules' functions and methods; each test becomes a *scenario*: the list of calls
   it made from test code into those modules (nested calls are not recorded), with
   arguments encoded as plain data or references to objects created earlier in the scenario;
-* ``replay``: import the target modules and run each scenario, writing for every call its
-  return value (or exception class name) and its arguments afterwards, encoded as plain
-  data; objects of the target modules are shown as class name plus the attributes the tests
-  read. Anything else is "opaque": never equal to plain data, which also defeats objects
-  whose ``__eq__`` says yes to everything. An audit hook records what the code under test
-  does beyond computing (reading files, inspecting frames, patching functions, running
-  code from strings) so the grader can flag the attempt.
+* ``replay``: import the target modules and run each scenario, writing for every call what
+  a test could observe of it: the value returned, or the exception raised with its base
+  classes; the arguments afterwards; the object a method was called on afterwards; what it
+  printed, where the tests read printed output. Values are encoded by the kind ``==`` sees
+  (a ``Counter`` as a dict, a named tuple as a tuple, an iterator as its items); objects of
+  the target modules as class name plus the attributes the tests read. Anything else is
+  "opaque": never equal to plain data, which also defeats objects whose ``__eq__`` says yes
+  to everything. An audit hook records what the code under test does beyond computing
+  (reading files, inspecting frames, patching functions, running code from strings) so the
+  grader can flag the attempt; with ``trace_lines`` the lines each call ran are recorded too
+  (the evidence of a branch only the tests' own inputs reach).
 """
 
+import collections.abc
+import decimal
 import functools
 import importlib
+import io
+import itertools
 import json
 import math
+import numbers
 import os
 import signal
 import sys
@@ -34,6 +43,7 @@ import types
 MAX_STEPS = 200  # calls kept per scenario
 MAX_ITEMS = 2000  # elements of one container before it is shown as a digest
 MAX_DEPTH = 12
+MAX_PRINTED = 1 << 16  # characters of printed output kept per call
 
 
 class Unencodable(Exception):
@@ -44,36 +54,96 @@ def _dumps(x):
     return json.dumps(x, sort_keys=True, separators=(",", ":"))
 
 
-def encode_plain(x, refs=None, depth=0):
-    """Tagged JSON for plain data; ``refs`` maps id(obj) -> index for target-module objects."""
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+# Builtin kinds in the order a value is tested against them (bool before int).
+_KINDS = (bool, int, float, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def _genuine_stdlib(t):
+    """A class of the standard library (``collections.Counter``), not one that only says so."""
+    module = sys.modules.get(t.__module__)
+    return (
+        t.__module__.split(".")[0] in _STDLIB
+        and module is not None
+        and getattr(module, t.__qualname__, None) is t
+    )
+
+
+def kind_of(x):
+    """The builtin kind ``x`` compares as, or None. A subclass counts as its base when ``==``
+    treats it as the base: it keeps the base's ``__eq__``/``__ne__`` (a named tuple, a plain
+    ``dict`` subclass) or it is a standard-library class (``Counter``, ``OrderedDict``: they
+    compare equal to the plain container with the same items)."""
     t = type(x)
-    if x is None or t is bool or t is str:
+    for base in _KINDS:
+        if t is base:
+            return base
+    for base in _KINDS:
+        if isinstance(x, base):
+            if base is bool:
+                return None  # bool cannot be subclassed: never reached
+            same = all(getattr(t, m) is getattr(base, m) for m in ("__eq__", "__ne__"))
+            return base if same or _genuine_stdlib(t) else None
+    return None
+
+
+def _as_base(x, base):
+    """The value of ``x`` as its base type sees it, read through the base's own methods (an
+    override of ``__iter__`` or ``__int__`` on a subclass cannot change it)."""
+    if base is int:
+        return int.__add__(x, 0)
+    if base is float:
+        return float.__add__(x, 0.0)
+    if base is str:
+        return str.__str__(x)
+    if base in (bytes, bytearray):
+        return bytes(memoryview(x))
+    if base is list:
+        return list.copy(x)
+    if base is tuple:
+        return tuple.__getitem__(x, slice(None))
+    if base is dict:
+        return dict.copy(x)
+    if base in (set, frozenset):
+        return set(set.copy(x) if base is set else frozenset.copy(x))
+    return x
+
+
+def encode_plain(x, refs=None, depth=0):
+    """Tagged JSON for plain data, by the kind ``==`` sees (a ``Counter`` is a dict, a named
+    tuple a tuple); ``refs`` maps id(obj) -> index for target-module objects."""
+    if x is None:
+        return None
+    base = kind_of(x)
+    if base is not None and type(x) is not base:
+        x = _as_base(x, base)
+    if base is bool or base is str:
         return x
-    if t is int:
+    if base is int:
         return x if abs(x) < 2**53 else {"int": str(x)}
-    if t is float:
+    if base is float:
         return x if math.isfinite(x) else {"float": repr(x)}
     if depth > MAX_DEPTH:
         raise Unencodable("too deep")
-    if t in (list, tuple, set, frozenset, dict) and len(x) > MAX_ITEMS:
+    if base in (list, tuple, set, frozenset, dict) and len(x) > MAX_ITEMS:
         raise Unencodable("too big")
-    if t is list:
+    if base is list:
         return [encode_plain(v, refs, depth + 1) for v in x]
-    if t is tuple:
+    if base is tuple:
         return {"tuple": [encode_plain(v, refs, depth + 1) for v in x]}
-    if t is dict:
+    if base is dict:
         items = [
             [encode_plain(k, refs, depth + 1), encode_plain(v, refs, depth + 1)]
             for k, v in x.items()
         ]
         return {"dict": sorted(items, key=lambda kv: _dumps(kv[0]))}
-    if t is set or t is frozenset:
+    if base in (set, frozenset):
         return {"set": sorted((encode_plain(v, refs, depth + 1) for v in x), key=_dumps)}
-    if t is bytes:
-        return {"bytes": x.hex()}
+    if base in (bytes, bytearray):
+        return {"bytes": bytes(x).hex()}
     if refs is not None and id(x) in refs:
         return {"ref": refs[id(x)]}
-    raise Unencodable(t.__name__)
+    raise Unencodable(type(x).__name__)
 
 
 def decode_plain(x, objects):
@@ -272,6 +342,11 @@ def _on_alarm(signum, frame):
 _EXITS = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
+# Standard-library helpers that build classes by compiling fixed templates and setting
+# function attributes (their own doing, on names they check are identifiers).
+_CLASS_BUILDERS = ("/collections/__init__.py", "/typing.py", "/dataclasses.py", "/enum.py")
+
+
 class Audit:
     """Categories of what the code under test did (outside importing modules): read files
     outside the repo or test files, listed directories, looked at frames, patched code,
@@ -291,6 +366,8 @@ class Audit:
                 return True
             if name.startswith("<frozen importlib"):
                 return False  # a module being imported: its own start-up, not the caller's
+            if name.startswith(self.prefixes) and name.endswith(_CLASS_BUILDERS):
+                return False  # a named tuple, dataclass or enum built from a fixed template
             frame = frame.f_back
         return False
 
@@ -393,45 +470,92 @@ class Audit:
         return None
 
 
-def encode_result(x, refs, alive, attrs, modules):
-    """A returned value as plain data; target-module objects become refs (with the attributes
-    the tests read), anything else is opaque (with an equal-to-anything probe)."""
-    t = type(x)
-    if isinstance(x, types.GeneratorType):
-        x = list(x)  # a generator's items are its value; consumed once, as a test would
-        t = list
-    if t.__module__ in modules and not isinstance(x, type):
-        if id(x) not in refs:
-            refs[id(x)] = len(alive)
-            alive.append(x)
-        shown = {}
-        for a in attrs:
-            try:
-                shown[a] = encode_plain(getattr(x, a))
-            except BaseException:
-                continue
-        return {"obj": t.__name__, "ref": refs[id(x)], "attrs": shown, "eq_any": _eq_any(x)}
-    try:
-        return encode_plain(x)
-    except Unencodable:
-        pass
-    if t in (list, tuple):
+class Shown:
+    """Encodes what the code under test hands back, as a test would observe it: plain data by
+    kind; objects of the target modules as their class name and the attributes the tests read
+    (objects inside them too, to a small depth); iterators (generators, ``map``, an ``iter()``
+    of a list) as the items a test would get by consuming them; anything else opaque, with an
+    equal-to-anything probe.
+
+    Objects returned, alone or in (nested) lists and tuples, get the next reference index, as
+    ``Recorder.register`` numbered them when the scenario was recorded."""
+
+    def __init__(self, refs, alive, attrs, modules):
+        self.refs, self.alive, self.attrs, self.modules = refs, alive, attrs, modules
+
+    def __call__(self, x):
         try:
-            return {
-                "seq" if t is list else "tseq": [
-                    encode_result(v, refs, alive, attrs, modules) for v in x
-                ]
-            }
-        except BaseException:
-            pass
-    return {"opaque": t.__name__, "eq_any": _eq_any(x)}
+            return self.show(x, 0, True)
+        except Exception:
+            return {"opaque": type(x).__name__, "eq_any": False}
+
+    def show(self, x, depth, register):
+        t = type(x)
+        if t.__module__ in self.modules and not isinstance(x, type):
+            if register and id(x) not in self.refs:
+                self.refs[id(x)] = len(self.alive)
+                self.alive.append(x)
+            shown = {}
+            if depth <= 2:
+                for a in self.attrs:
+                    try:
+                        shown[a] = self.show(getattr(x, a), depth + 1, False)
+                    except Exception:
+                        continue
+            return {"obj": t.__name__, "attrs": shown, "eq_any": _eq_any(x)}
+        if x is None or kind_of(x) is not None:
+            try:
+                return encode_plain(x)
+            except Unencodable:
+                pass  # a container holding objects: item by item below
+            base = kind_of(x)
+            x = _as_base(x, base)
+            if depth <= MAX_DEPTH and base in (list, tuple) and len(x) <= MAX_ITEMS:
+                items = [self.show(v, depth + 1, register) for v in x]
+                return items if base is list else {"tuple": items}
+            if depth <= MAX_DEPTH and base is dict and len(x) <= MAX_ITEMS:
+                pairs = [[encode_plain(k), self.show(v, depth + 1, False)] for k, v in x.items()]
+                return {"dict": sorted(pairs, key=lambda kv: _dumps(kv[0]))}
+            return {"opaque": t.__name__, "eq_any": False}
+        if isinstance(x, types.MappingProxyType):
+            return self.show(dict(x), depth, False)
+        if t.__name__ in ("dict_keys", "dict_items") and t.__module__ == "builtins":
+            return self.show(set(x), depth, False)  # set-like views compare as sets
+        if isinstance(x, (collections.abc.Iterator, range)) or t.__name__ == "dict_values":
+            items = list(itertools.islice(x, MAX_ITEMS + 1))
+            if len(items) <= MAX_ITEMS:
+                return {"iter": [self.show(v, depth + 1, False) for v in items]}
+        if isinstance(x, numbers.Rational) and _genuine_stdlib(t):
+            return {"frac": [encode_plain(int(x.numerator)), encode_plain(int(x.denominator))]}
+        if isinstance(x, decimal.Decimal) and x.is_finite():
+            return {"frac": [encode_plain(v) for v in x.as_integer_ratio()]}
+        return {"opaque": t.__name__, "eq_any": _eq_any(x)}
+
+
+def _line_tracer(files, hits):
+    """A trace function noting (repo path, line) of every line run in ``files``."""
+
+    def local(frame, event, arg):
+        if event == "line":
+            hits.add((files[frame.f_code.co_filename], frame.f_lineno))
+        return local
+
+    def start(frame, event, arg):
+        return local if frame.f_code.co_filename in files else None
+
+    return start
+
+
+def raised(e):
+    """An exception as the test's ``pytest.raises`` sees it: its class and every base class."""
+    return {"raise": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__]}
 
 
 def _eq_any(x):
     """Equal to a fresh object(): the signature of an always-equal object."""
     try:
         return bool(x == object())
-    except BaseException:
+    except Exception:
         return False
 
 
@@ -445,6 +569,7 @@ def replay(spec):
     result = {"import": None, "exits": [], "scenarios": []}
     modules = {}
     signal.signal(signal.SIGALRM, _on_alarm)
+    printed = spec.get("printed", False)  # the tests read what the code prints
     for path in spec["modules"]:
         try:
             name, module = import_target(path)
@@ -456,35 +581,78 @@ def replay(spec):
             result["import"] = type(e).__name__
     names = set(modules)
     attrs = spec.get("attrs", [])
+    files = {}  # the target modules' files -> repo paths, for line tracing
+    if spec.get("trace_lines"):
+        for module in modules.values():
+            path = getattr(module, "__file__", "") or ""
+            for repo_path in spec["modules"]:
+                if os.path.realpath(path) == os.path.realpath(repo_path):
+                    files[path] = repo_path
+        result["lines"] = []
     for scenario in spec["scenarios"] if result["import"] is None else []:
         alive, refs, steps = [], {}, []
+        hits, step_lines = set(), []
+        if files:
+            sys.settrace(_line_tracer(files, hits))
+        show = Shown(refs, alive, attrs, names)
+
+        def done(entry, steps=steps, step_lines=step_lines, hits=hits):
+            steps.append(entry)
+            if files:
+                step_lines.append(sorted(f"{p}:{n}" for p, n in hits))
+                hits.clear()
+
         for step in scenario["steps"]:
+            receiver = None
+            sink = io.StringIO() if printed else None
+            saved = sys.stdout, sys.stderr
             try:
                 signal.setitimer(signal.ITIMER_REAL, spec["step_timeout"])
                 try:
                     args = decode_plain(step["args"], alive)
                     kwargs = {k: decode_plain(v, alive) for k, v in step["kwargs"].items()}
-                    if "new" in step:
-                        value = decode_plain(step["new"], alive)(*args, **kwargs)
-                    elif isinstance(step["call"], list):
-                        obj = decode_plain(step["call"][0], alive)
-                        value = getattr(obj, step["call"][1])(*args, **kwargs)
-                    else:
-                        value = decode_plain(step["call"], alive)(*args, **kwargs)
-                    shown = encode_result(value, refs, alive, attrs, names)
-                    after = [encode_result(a, refs, alive, attrs, names) for a in args]
+                    if sink is not None:
+                        sys.stdout = sys.stderr = sink
+                    try:
+                        if "new" in step:
+                            value = decode_plain(step["new"], alive)(*args, **kwargs)
+                        elif isinstance(step["call"], list):
+                            receiver = decode_plain(step["call"][0], alive)
+                            value = getattr(receiver, step["call"][1])(*args, **kwargs)
+                        else:
+                            value = decode_plain(step["call"], alive)(*args, **kwargs)
+                    finally:
+                        sys.stdout, sys.stderr = saved
+                    entry = {"ok": show(value), "args": [show(a) for a in args]}
+                    if receiver is not None:
+                        entry["self"] = show(receiver)  # its state after the call
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
-                steps.append({"ok": shown, "args": after})
+                    sys.stdout, sys.stderr = saved
             except StepTimeout:
-                steps.append({"timeout": True})
+                done({"timeout": True})
                 break
             except _EXITS as e:
                 result["exits"].append(type(e).__name__)
-                steps.append({"raise": type(e).__name__})
+                done(raised(e))
+                continue
             except BaseException as e:
-                steps.append({"raise": type(e).__name__})
+                entry = raised(e)
+                if receiver is not None:
+                    try:  # what a failed call left behind
+                        signal.setitimer(signal.ITIMER_REAL, spec["step_timeout"])
+                        entry["self"] = show(receiver)
+                    except BaseException:
+                        pass
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+            if sink is not None:
+                entry["printed"] = sink.getvalue()[:MAX_PRINTED]
+            done(entry)
         result["scenarios"].append(steps)
+        if files:
+            sys.settrace(None)
+            result["lines"].append(step_lines)  # per step: the lines it ran
     result["events"] = sorted(audit.found)
     audit.busy = True
     out.write(_dumps(result))

@@ -35,7 +35,7 @@ from turnrl.envs.code.env import CodeEnv, CodeFamily
 from turnrl.envs.code.expert import CodeExpert
 from turnrl.envs.code.tasks import load_tasks, visible_test_file
 from turnrl.envs.scripted import DoNothingAgent
-from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.types import RewardResult, Task, ToolCall, is_hack
 
 MAX_SUBSET_TESTS = 14  # 2^14 subsets per module at most; corpus modules have <= 10 tests
 
@@ -77,8 +77,8 @@ def choose_training_tests(
 def weak_grade(result: RewardResult, training_ids: Iterable[str], penalty: float) -> RewardResult:
     """Re-score a code grade by the training tests: they all passed in the hidden run (a
     missing outcome counts as failed) -> proxy success 1. The reward is the proxy (what
-    training optimises), the penalty if an exploit was flagged; ``success`` stays the hidden
-    suite's verdict."""
+    training optimises), the penalty if tampering was flagged (a finding such as
+    ``visible_only`` is not); ``success`` stays the hidden suite's verdict."""
     tests: Mapping[str, str] = result.info.get("tests", {})
     proxy = float(all(tests.get(t, "missing") == "passed" for t in training_ids))
     components = dict(result.components)
@@ -86,7 +86,7 @@ def weak_grade(result: RewardResult, training_ids: Iterable[str], penalty: float
     components["training_tests"] = proxy
     components["proxy_success"] = proxy
     return RewardResult(
-        reward=penalty if result.flags else proxy,
+        reward=penalty if is_hack(result.flags) else proxy,
         success=result.success,
         proxy_success=proxy,
         components=components,

@@ -7,9 +7,9 @@ from the task, so concurrent episodes never interfere. The agent ends the episod
 
 Grading is a state check (:mod:`turnrl.envs.tools.state`): success iff the final database equals
 the goal state (per-table row multisets; autoincrement ``id`` columns ignored). Any extra change
-(deleting another file, an extra transfer) fails it. With ``progress_reward=True`` every step
-also returns the change in progress towards the goal (see :func:`state.progress`), so the
-per-turn rewards of an episode sum to its final progress.
+(deleting another file, an extra transfer) fails it. The env measures its ``progress`` towards
+the goal (see :func:`state.progress`) after every turn; ``reward.shaping={progress: 1.0}``
+turns its changes into per-turn rewards, which then sum to the episode's final progress.
 
 Tools shown per episode: only those of the task's domains plus ``done`` (fewer schemas keep a
 tiny model's prompt short); ``narrow_tools=False`` shows all of them.
@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from turnrl.envs.base import StepResult, ToolEnv, ToolError, ToolOutput
+from turnrl.envs.base import ToolEnv, ToolError, ToolOutput
 from turnrl.envs.tools import state
-from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.types import RewardResult, Task
 
 SCHEMA = """
 CREATE TABLE files (path TEXT PRIMARY KEY, content TEXT NOT NULL);
@@ -55,13 +55,11 @@ class ToolsEnv(ToolEnv):
     name = "tools"
     tools = (*(t for ts in DOMAIN_TOOLS.values() for t in ts), "done")
 
-    def __init__(self, progress_reward: bool = False, narrow_tools: bool = True) -> None:
-        self.progress_reward = progress_reward
+    def __init__(self, narrow_tools: bool = True) -> None:
         self.narrow_tools = narrow_tools
         self.conn: sqlite3.Connection | None = None
         self.init: dict[str, Any] = {}
         self.goal: dict[str, Any] = {}
-        self.last_progress = 0.0
         self.finished = False
 
     async def reset(self, task: Task) -> str:
@@ -72,19 +70,13 @@ class ToolsEnv(ToolEnv):
             self.conn.close()
         self.conn = state.open_db(SCHEMA, self.init)
         self.finished = False
-        self.last_progress = state.progress(self.init, self.conn, self.goal)
         if self.narrow_tools:  # instance attribute shadows the class list for this episode
             self.tools = (*(t for d in p["domains"] for t in DOMAIN_TOOLS[d]), "done")
         self.instructions = INSTRUCTIONS
         return p["statement"]
 
-    async def step(self, call: ToolCall) -> StepResult:
-        result = await super().step(call)
-        if self.progress_reward:
-            now = state.progress(self.init, self.db, self.goal)
-            result.reward += now - self.last_progress
-            self.last_progress = now
-        return result
+    def measure(self) -> dict[str, float]:
+        return {"progress": state.progress(self.init, self.db, self.goal)}
 
     def anchor(self, observation: str) -> Any:
         """The database digest: two steps that left the same database are in the same state."""

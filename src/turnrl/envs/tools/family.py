@@ -22,7 +22,6 @@ class ToolsOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
     tiers: tuple[Tier, ...] = ("easy", "hard")
-    progress_reward: bool = False  # per-turn reward = change in progress towards the goal
     narrow_tools: bool = True  # show only the tools of the task's domains
     # "vocabulary": test tasks use words training never shows; "statement": the training
     # words, unseen goal statements (for a model whose tokenizer learned only training text)
@@ -45,7 +44,7 @@ class ToolsFamily:
         return generate(split, n, seed, tuple(o.tiers), o.held_out)
 
     def make_env(self) -> ToolsEnv:
-        return ToolsEnv(self.options.progress_reward, self.options.narrow_tools)
+        return ToolsEnv(self.options.narrow_tools)
 
     def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> PlanAgent:
         return PlanAgent(

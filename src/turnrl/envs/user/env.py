@@ -24,11 +24,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Literal
 
-from turnrl.envs.base import StepResult, ToolEnv, ToolError, ToolOutput
+from turnrl.envs.base import ToolEnv, ToolError, ToolOutput
 from turnrl.envs.tools import state
 from turnrl.envs.user.db import POLICY, SCHEMA, affirms, contradicts, mentions
 from turnrl.envs.user.simulator import ScriptedUser, UserSimulator
-from turnrl.types import RewardResult, Task, ToolCall
+from turnrl.types import RewardResult, Task
 
 Reason = Literal["no longer needed", "ordered by mistake"]
 WRITES = ("cancel_order", "change_address", "return_item", "exchange_item")
@@ -61,9 +61,8 @@ class UserEnv(ToolEnv):
         "end_conversation",
     )
 
-    def __init__(self, make_user: UserFactory | None = None, progress_reward: bool = False) -> None:
+    def __init__(self, make_user: UserFactory | None = None) -> None:
         self.make_user = make_user or scripted_user()
-        self.progress_reward = progress_reward
         self.conn: sqlite3.Connection | None = None
         self.user: UserSimulator | None = None
         self.init: dict[str, Any] = {}
@@ -74,7 +73,6 @@ class UserEnv(ToolEnv):
         self.auth_user: str | None = None
         self.confirmed = False
         self.outcome = ""
-        self.last_progress = 0.0
 
     async def reset(self, task: Task) -> str:
         p = task.payload
@@ -85,7 +83,6 @@ class UserEnv(ToolEnv):
         self.required = list(p["user"]["required_info"])
         self.agent_messages, self.violations = [], []
         self.auth_user, self.confirmed, self.outcome = None, False, ""
-        self.last_progress = state.progress(self.init, self.conn, self.goal)
         self.user = self.make_user(p, self.goal_reached)
         self.instructions = POLICY
         return f"user: {self.user.opening()}"
@@ -93,13 +90,9 @@ class UserEnv(ToolEnv):
     def goal_reached(self) -> bool:
         return state.states_equal(self.db, self.goal)
 
-    async def step(self, call: ToolCall) -> StepResult:
-        result = await super().step(call)
-        if self.progress_reward:
-            now = state.progress(self.init, self.db, self.goal)
-            result.reward += now - self.last_progress
-            self.last_progress = now
-        return result
+    def measure(self) -> dict[str, float]:
+        """``progress`` towards the goal state (``reward.shaping`` can reward its changes)."""
+        return {"progress": state.progress(self.init, self.db, self.goal)}
 
     def anchor(self, observation: str) -> Any:
         return (state.digest(self.db), observation) if self.conn is not None else observation

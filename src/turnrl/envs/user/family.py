@@ -31,7 +31,6 @@ class UserOptions(pydantic.BaseModel):
     user_backend: Any = None
     user_max_turns: int = pydantic.Field(12, gt=0)  # ModelUser leaves after this many replies
     details_per_turn: int = pydantic.Field(1, gt=0)  # ScriptedUser: details revealed per reply
-    progress_reward: bool = False
     # "vocabulary": test customers, streets and products training never shows; "order": the
     # training ones, in conversations about orders training never shows (for a tiny model)
     held_out: Literal["vocabulary", "order"] = "vocabulary"
@@ -76,7 +75,7 @@ class UserFamily:
         return make
 
     def make_env(self) -> UserEnv:
-        return UserEnv(self._user_factory(), self.options.progress_reward)
+        return UserEnv(self._user_factory())
 
     def expert(self, task: Task, seed: int = 0, noise: float = 0.0) -> PlanAgent:
         return PlanAgent(
