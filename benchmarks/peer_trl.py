@@ -57,8 +57,9 @@ What is the same on both sides
   micro-batches of ``optim.micro_batch_size`` (TRL: ``gradient_accumulation_steps``), PPO clip
   ``algo.eps_low``/``algo.eps_high``, KL coefficient ``algo.kl_coef`` (k3 on both),
   token or sequence ratios (``algo.ratio_level``).
-- Hardware and threads: one process, ``threads`` torch threads, the CPU in float32 (TRL's CPU
-  settings: ``use_cpu``, no vLLM, bf16 off); activation checkpointing as
+- Hardware and threads: one process, ``threads`` torch threads, float32 weights with bf16
+  autocast only where ``trainer.mixed_precision`` asks (auto: on CUDA only; so on the CPU,
+  TRL's CPU settings: ``use_cpu``, no vLLM, bf16 off); activation checkpointing as
   ``optim.gradient_checkpointing`` says (TRL's own default is on: it would recompute every
   forward pass to save memory that turnrl's side does not save).
 
@@ -122,10 +123,13 @@ from typing import Any
 import yaml
 
 from turnrl.chat import ChatRenderer, check_template
-from turnrl.policy.models import load_model, load_tokenizer, resolve_device, resolve_dtype
+from turnrl.policy.models import load_model, load_tokenizer, resolve_device
 from turnrl.rollout.agent_loop import RolloutLimits, clip_observation
-from turnrl.train.config import ConfigError, TrainConfig, load_config, merge
-from turnrl.train.loop import limits_of, sample_requests
+from turnrl.rollout.source import sample_requests
+from turnrl.run.build import limits_of
+from turnrl.run.config import ConfigError, TrainConfig, load_config, merge
+from turnrl.run.device import resolve_precision
+from turnrl.run.models import named_model
 from turnrl.types import Task, ToolCall
 
 # --quick: the same code path at smoke-test size; not a figure
@@ -194,8 +198,10 @@ def unsupported(cfg: TrainConfig) -> list[str]:
     """Settings TRL's GRPOTrainer has no counterpart for, each naming its field."""
     a, r, o = cfg.algo, cfg.rollout, cfg.optim
     out = []
-    if cfg.mode != "sync" or cfg.distributed.backend != "local" or r.backend != "hf":
-        out.append("mode/distributed.backend/rollout.backend: only sync, local, hf compare")
+    if cfg.max_staleness or r.workers != "local" or r.sampler != "hf":
+        out.append(
+            "max_staleness/rollout.workers/rollout.sampler: only synchronous local hf runs compare"
+        )
     if cfg.subagent.enabled:
         out.append("subagent.enabled: TRL has no subagent")
     if r.context != "truncate":
@@ -208,10 +214,13 @@ def unsupported(cfg: TrainConfig) -> list[str]:
         out.append("algo.dual_clip/algo.entropy_coef: not compared")
     if a.kl_coef > 0 and a.kl_estimator != "k3":
         out.append("algo.kl_estimator: TRL's KL is k3")
-    if cfg.reward.functions or cfg.reward.grade_weight != 1.0:
-        out.append("reward.functions/reward.grade_weight: the TRL side rewards the env's grade")
-    if cfg.model.name == "tiny":
-        out.append("model.name=tiny: the tiny model has no chat template TRL can use")
+    if cfg.reward.functions or cfg.reward.shaping or cfg.reward.grade_weight != 1.0:
+        out.append(
+            "reward.functions/reward.shaping/reward.grade_weight: the TRL side rewards the env's "
+            "grade alone, once per episode"
+        )
+    if named_model(cfg.model.name).from_scratch:
+        out.append(f"model.name={cfg.model.name}: a model built from scratch has no chat template")
     batch = r.tasks_per_step * r.group_size
     if batch % o.minibatch_size or o.minibatch_size % o.micro_batch_size:
         out.append(
@@ -253,7 +262,7 @@ def start_model(cfg: TrainConfig, out: Path, start: str | None) -> str:
         return start
     if not (cfg.sft.enabled and cfg.sft.episodes > 0):
         return cfg.model.name
-    from turnrl.train.loop import train
+    from turnrl.run.recipe import train
 
     sft_cfg = with_settings(cfg, steps=0, runs_dir=str(out), name="warm-start")
     run = out / "warm-start"
@@ -300,7 +309,7 @@ class Point:
 
 def run_turnrl(cfg: TrainConfig) -> list[Point]:
     """``turnrl train`` in this process; its own held-out evals at the checkpoint steps."""
-    from turnrl.train.loop import train
+    from turnrl.run.recipe import train
 
     run = Path(cfg.runs_dir) / cfg.name
     shutil.rmtree(run, ignore_errors=True)
@@ -342,7 +351,7 @@ def turnrl_points(run: Path) -> list[Point]:
 
 def evaluate_dir(cfg: TrainConfig, model_dir: str) -> tuple[float, float, int]:
     """turnrl's held-out evaluation of a model directory (``turnrl eval MODEL``'s path)."""
-    from turnrl.train.eval_cli import run_eval
+    from turnrl.run.evaluate import run_eval
 
     out = run_eval(with_settings(cfg, model__name=model_dir), None, baselines=False)
     return out["success"], out["success_stderr"], int(out["episodes"])
@@ -462,8 +471,10 @@ def build_rows(cfg: TrainConfig, family: Any, train_tasks: list[Task], renderer)
     keys: dict[tuple[str, ...], str] = {}
     classes: dict[str, type[PeerEnv]] = {}
     rows, prompt_ids, made = [], [], {}
+    r = cfg.rollout
     for step in range(cfg.steps):
-        for req in sample_requests(cfg, train_tasks, step)[:: cfg.rollout.group_size]:
+        requests = sample_requests(train_tasks, step, cfg.seed, r.tasks_per_step, r.group_size)
+        for req in requests[:: r.group_size]:
             task = req.task
             if task.id not in made:
                 env = family.make_env()
@@ -545,15 +556,15 @@ def check_tool_suffix(trainer, renderer: ChatRenderer) -> None:
 
 
 def trl_args(cfg: TrainConfig, out: Path, max_completion: int):
-    import torch
     from trl import GRPOConfig
 
     r, o, a = cfg.rollout, cfg.optim, cfg.algo
     batch = r.tasks_per_step * r.group_size
     updates = batch // o.minibatch_size  # optimizer steps per RL step and epoch
     device = resolve_device(cfg.model.device)
-    # on CUDA in bf16 TRL keeps fp32 weights under bf16 autocast (its recommended setting)
-    bf16 = device.type == "cuda" and resolve_dtype(cfg.model.dtype, device) == torch.bfloat16
+    # turnrl's trainer.mixed_precision (auto: bf16 on CUDA only): float32 weights under bf16
+    # autocast, which is what TRL's bf16 does too
+    bf16 = resolve_precision(cfg) is not None
     return GRPOConfig(
         output_dir=str(out),
         seed=cfg.seed,
@@ -604,8 +615,8 @@ def run_trl(cfg: TrainConfig, start: str, out: Path, steps: list[int]) -> list[P
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
+    from turnrl.run.preflight import env_tasks
     from turnrl.train.export import write_policy
-    from turnrl.train.preflight import env_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory: see docstring
     torch.set_num_threads(cfg.threads)

