@@ -87,14 +87,16 @@ class ChatRenderer:
         *,
         add_generation_prompt: bool,
     ) -> str:
-        messages = self._with_tools(messages, tools)
+        messages = self.with_tools(messages, tools)
         kwargs = {"tools": tools} if tools and self.template_takes_tools else {}
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
-    def _with_tools(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[dict]:
-        """Templates without tool support get the schemas appended to the system message."""
+    def with_tools(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[dict]:
+        """The messages as the template is given them: a template without tool support gets the
+        tool schemas appended to the system message (one JSON line each, with how to call one);
+        one with tool support gets the messages unchanged and ``tools`` beside them."""
         if not tools or self.template_takes_tools:
             return messages
         listing = "\n".join(json.dumps(t["function"], separators=(",", ":")) for t in tools)
