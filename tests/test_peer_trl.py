@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chat_families import random_model
 from turnrl.chat import check_template
 from turnrl.envs.tools.expert import solution_calls
 from turnrl.policy.models import load_tokenizer
@@ -172,9 +173,15 @@ def test_quick_run_end_to_end(tmp_path):
     pytest.importorskip(
         "trl", reason="TRL is the benchmark's optional extra: pip install -e .[peer]"
     )
+    # SmolLM2's tokenizer and chat template on a random-weight model of tiny width: the same
+    # tokens, prompts and tool-call format as the recipe, at a smoke test's cost
+    tok = load_tokenizer("smollm2")
+    model_dir = tmp_path / "smol-shaped"
+    random_model(tok, "llama3").save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
     config = tmp_path / "smol-tools.yaml"
     config.write_text(
-        "model: {name: smollm2}\n"
+        f"model: {{name: {model_dir}}}\n"
         "env: {name: tools, options: {tiers: [easy]}}\n"
         "sft: {enabled: true, lr: 5.0e-5}\n"
         "threads: 1\n"
