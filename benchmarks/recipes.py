@@ -214,7 +214,13 @@ def main() -> None:
         "--combine", type=Path, nargs="+", help="no runs: summarise the runs in these --out files"
     )
     args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")] if "," in args.seeds else range(int(args.seeds))
+    seeds = (
+        [int(s) for s in args.seeds.split(",") if s]
+        if "," in args.seeds
+        else range(int(args.seeds))
+    )
+    if not seeds and not args.combine:
+        sys.exit("--seeds: no seeds (N runs seeds 0..N-1; a list such as 0, or 1,2 runs those)")
     names = recipe_names() if args.recipes == "all" else args.recipes.split(",")
     unknown = sorted(set(names) - set(recipe_names()))
     if unknown:

@@ -224,7 +224,7 @@ def test_one_training_step_through_turnrl_train(tmp_path, monkeypatch):
 
 
 def test_started_servers_stop_when_the_trainer_is_killed():
-    """The servers outlive event loops (each rollout batch has its own) but not their process."""
+    """The servers outlive event loops (each env has its own) but not their process."""
     import subprocess
     import sys
 
@@ -232,7 +232,8 @@ def test_started_servers_stop_when_the_trainer_is_killed():
         "import asyncio, os, time\n"
         "from turnrl.envs.adapters.openenv import OpenEnvFamily\n"
         "f = OpenEnvFamily(server='openenv_counter:app', servers=1)\n"
-        "asyncio.run(f.pool.acquire()); time.sleep(1); asyncio.run(f.pool.acquire())\n"
+        "f.pool.release(asyncio.run(f.pool.acquire())); time.sleep(1)\n"
+        "asyncio.run(f.pool.acquire())\n"
         "print(f.pool.servers[0].process.pid, f.pool.servers[0].process.poll(), flush=True)\n"
         "os._exit(0)\n"  # no close(): as a SIGKILL would leave it
     )

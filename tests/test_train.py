@@ -224,7 +224,8 @@ def _comparable(row: dict) -> dict:
 
 @pytest.mark.slow
 def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
-    args = BANDIT + ["steps=4", "checkpoint_every=1"]
+    # batches that always gather every live episode: the same batches in both runs (faults.md)
+    args = BANDIT + ["steps=4", "checkpoint_every=1", "rollout.batch_wait_s=60"]
     straight = train(
         load_config(None, args + [f"runs_dir={tmp_path / 'a'}"]), quiet=True, log=lambda s: None
     )

@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import MISSING, dataclass, fields, is_dataclass
@@ -126,8 +127,9 @@ class ServerPool:
     def __init__(self, app: str | None, urls: list[str], size: int) -> None:
         self.app, self.size = app, size
         self.servers = [Server(u.rstrip("/")) for u in urls]
-        self.free: asyncio.Queue | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # each env runs on an event loop of its own: a plain list under a thread lock, polled
+        self.free = list(self.servers)
+        self._lock = threading.Lock()
         # the threads that start servers live as long as the pool: a server is signalled to
         # stop when the thread that started it ends (``_die_with_parent``)
         self.starter = ThreadPoolExecutor(size, thread_name_prefix="openenv-start")
@@ -140,6 +142,8 @@ class ServerPool:
         servers = [Server(f"http://127.0.0.1:{port}") for port in ports]
         futures = [self.starter.submit(self._launch, s) for s in servers]
         self.servers = servers
+        with self._lock:
+            self.free = list(servers)
         errors = [f.exception() for f in futures]
         failed = [e for e in errors if e is not None]
         if failed:
@@ -148,23 +152,23 @@ class ServerPool:
 
     async def acquire(self) -> Server:
         """A free server (waiting for one is bounded by the episode's own timeout)."""
-        loop = asyncio.get_running_loop()
-        if self.free is None or self.loop is not loop:  # a new event loop (each rollout batch)
-            self.loop, self.free = loop, asyncio.Queue()
-            for server in self.servers:
-                self.free.put_nowait(server)
-        server = await self.free.get()
+        while True:
+            with self._lock:
+                server = self.free.pop(0) if self.free else None
+            if server is not None:
+                break
+            await asyncio.sleep(0.02)
         if server.process is not None and server.process.poll() is not None:  # it died
             try:
-                await loop.run_in_executor(self.starter, self._launch, server)
+                await asyncio.get_running_loop().run_in_executor(self.starter, self._launch, server)
             except BaseException:
                 self.release(server)  # the next episode tries again
                 raise
         return server
 
     def release(self, server: Server) -> None:
-        if self.free is not None:
-            self.free.put_nowait(server)
+        with self._lock:
+            self.free.append(server)
 
     def _launch(self, server: Server) -> None:
         port = server.url.rsplit(":", 1)[1]
@@ -204,7 +208,8 @@ class ServerPool:
                 except subprocess.TimeoutExpired:
                     server.process.kill()
                     server.process.wait()
-        self.free = None
+        with self._lock:
+            self.free = []
         self.starter.shutdown(wait=False)
         self.logs.cleanup()
 

@@ -15,6 +15,7 @@ same run at the same moment wait for one run instead of starting their own.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import threading
 from collections import OrderedDict
@@ -45,7 +46,7 @@ class RunCache:
     def __init__(self, max_entries: int = 4096) -> None:
         self.max_entries = max_entries
         self._done: OrderedDict[Hashable, Any] = OrderedDict()
-        self._running: dict[Hashable, asyncio.Future] = {}
+        self._running: dict[Hashable, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -57,28 +58,30 @@ class RunCache:
         keep: Callable[[Any], bool] = lambda _: True,
     ) -> Any:
         """``compute()``'s result for ``key``, from the cache when an equal run finished before.
-        ``keep(result)`` says whether the result may serve later calls."""
-        loop = asyncio.get_running_loop()
+        ``keep(result)`` says whether the result may serve later calls. Callers may sit on
+        different event loops (each env runs on its own): a run in flight on one serves the
+        others through a thread-safe future."""
         while True:
-            with self._lock:  # a family may serve two event loops (async rollouts + eval)
+            with self._lock:
                 if key in self._done:
                     self._done.move_to_end(key)
                     self.hits += 1
                     return self._done[key]
-            running = self._running.get(key)
-            if running is None or running.get_loop() is not loop or running.cancelled():
-                break  # (a cancelled run not yet removed would spin this loop without yielding)
+                running = self._running.get(key)
+                if running is None or running.cancelled():
+                    future: concurrent.futures.Future = concurrent.futures.Future()
+                    self._running[key] = future
+                    self.misses += 1
+                    break
             try:
-                result = await asyncio.shield(running)
+                result = await asyncio.shield(asyncio.wrap_future(running))
             except asyncio.CancelledError:
                 if not running.cancelled():
                     raise  # this caller was cancelled
                 continue  # the run it waited for was cancelled: look again, then run it here
-            self.hits += 1
+            with self._lock:
+                self.hits += 1
             return result
-        self.misses += 1
-        future = loop.create_future()
-        self._running[key] = future
         try:
             result = await compute()
         except asyncio.CancelledError:
@@ -86,16 +89,16 @@ class RunCache:
             raise
         except BaseException as e:
             future.set_exception(e)
-            future.exception()  # marked retrieved: the waiters re-raise it
             raise
         else:
-            future.set_result(result)
             if keep(result):
                 with self._lock:
                     self._done[key] = result
                     while len(self._done) > self.max_entries:
                         self._done.popitem(last=False)
+            future.set_result(result)
             return result
         finally:
-            if self._running.get(key) is future:
-                del self._running[key]
+            with self._lock:
+                if self._running.get(key) is future:
+                    del self._running[key]
