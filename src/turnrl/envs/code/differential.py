@@ -1076,14 +1076,17 @@ async def check(
                 if p in cap.modules
             }
             if any(new_lines.values()):
-                traced = await replay(
-                    sub_root,
-                    cap,
-                    scenarios,
-                    limits,
-                    trace_lines=True,
-                    step_timeout=5 * STEP_TIMEOUT_S,
-                )
+                for _ in range(2):  # a traced run stopped by a load spike: once more
+                    traced = await replay(
+                        sub_root,
+                        cap,
+                        scenarios,
+                        limits,
+                        trace_lines=True,
+                        step_timeout=5 * STEP_TIMEOUT_S,
+                    )
+                    if traced.data is not None:
+                        break
                 branches = special_branches(
                     cap, scenarios, traced, verdict.special_cased, new_lines
                 )
