@@ -241,6 +241,31 @@ def test_sampling_is_deterministic_given_seeds(tiny):
     assert [t.token_ids for t in a] == [t.token_ids for t in b[::-1]]
 
 
+def test_a_batch_has_the_same_rows_in_any_arrival_order():
+    """Episodes whose env calls run on their own threads ask in any order; the batch's rows
+    are the same, in the same order (so its log-probs are too)."""
+
+    class Rows:
+        def __init__(self):
+            self.calls = []
+
+        def generate_batch(self, prompts, params, seeds=None):
+            self.calls.append(list(zip(seeds, prompts)))
+            return [Generation([7], [-0.5], True, 0) for _ in prompts]
+
+    async def ask(order):
+        backend = Rows()
+        batcher = GenerationBatcher(backend, SamplingParams(max_new_tokens=4), max_wait_s=60)
+        for _ in order:
+            batcher.episode_started()
+        await asyncio.gather(*(batcher.generate([1, seed], 4, seed) for seed in order))
+        await batcher.close()
+        return backend.calls
+
+    one, other = asyncio.run(ask([5, 2, 9, 1])), asyncio.run(ask([9, 1, 5, 2]))
+    assert one == other == [[(1, [1, 1]), (2, [1, 2]), (5, [1, 5]), (9, [1, 9])]]
+
+
 # --- endings and malformed calls -------------------------------------------------------------
 
 

@@ -2,7 +2,9 @@
 
 Episodes alternate between waiting on the model and waiting on their tools. A batch is sent as
 soon as every live episode is waiting on the model, or when the oldest request has waited
-``max_wait_s`` (so a slow tool does not stall the others). While a batch runs in a worker
+``max_wait_s`` (so a slow tool does not stall the others). Episodes whose env calls run on
+threads of their own arrive in any order; a batch's rows are sorted by seed, so its contents
+alone decide what it samples. While a batch runs in a worker
 thread, new requests queue for the next one, so the event loop keeps serving tools.
 """
 
@@ -79,7 +81,10 @@ class GenerationBatcher:
                 except asyncio.TimeoutError:
                     break
                 self._wake.clear()
-            batch, self._pending = self._pending, []
+            # rows in a fixed order (each request's seed is its own): the same requests give
+            # the same batch, and so the same log-probs to the last bit, in any arrival order
+            batch = sorted(self._pending, key=lambda r: (r.seed, r.prompt))
+            self._pending = []
             self.batch_sizes.append(len(batch))
             max_new = max(r.max_new_tokens for r in batch)
             params = dataclasses.replace(self.params, max_new_tokens=max_new)
