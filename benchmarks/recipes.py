@@ -226,14 +226,19 @@ def main() -> None:
     if unknown:
         sys.exit(f"--recipes: unknown {unknown}; shipped: {', '.join(recipe_names())}")
     overrides = (QUICK if args.quick else []) + args.set
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="turnrl-recipes-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    info = versions()
-    print(f"# {info}", flush=True)
-    print(f"# overrides: {overrides or 'none'}; work folder {workdir}", flush=True)
     results, summaries = [], []
     if args.combine:
         saved = [json.loads(f.read_text()) for f in args.combine]
+        for f, d in zip(args.combine, saved):
+            print(f"# {f}: {d['versions']}; overrides: {d['overrides'] or 'none'}", flush=True)
+        info = {f"{f}": d["versions"] for f, d in zip(args.combine, saved)}
+    else:
+        workdir = Path(args.keep or tempfile.mkdtemp(prefix="turnrl-recipes-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        info = versions()
+        print(f"# {info}", flush=True)
+        print(f"# overrides: {overrides or 'none'}; work folder {workdir}", flush=True)
+    if args.combine:
         results = [
             r for d in saved for r in d["runs"] if args.recipes == "all" or r["recipe"] in names
         ]

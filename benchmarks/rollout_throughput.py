@@ -35,6 +35,7 @@ import asyncio
 import os
 import random
 import resource
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -213,8 +214,12 @@ def main() -> None:
     }
     renderer = ChatRenderer(tok, AlwaysWork(), "<|im_end|>")
     params = SamplingParams(temperature=1.0, max_new_tokens=N, stop_token_ids=())
-    limits = RolloutLimits(
-        max_turns=K, max_new_tokens=N, max_context_tokens=8192, max_parse_errors=10**6
+    limits = RolloutLimits(  # no episode timeout: a busy machine must not shorten episodes
+        max_turns=K,
+        max_new_tokens=N,
+        max_context_tokens=8192,
+        max_parse_errors=10**6,
+        episode_timeout_s=1e9,
     )
     statements = [STATEMENT.format(n=f"a{g}", m=30 + g) for g in range(-(-B // G))]
     requests = [
@@ -237,6 +242,9 @@ def main() -> None:
     for run in runs.values():
         run()  # warm-up
     trajs = next(iter(runs.values()))()
+    short = [t for t in trajs if len(t.turns) < K]
+    if short:
+        sys.exit(f"{len(short)} of {B} episodes ended before {K} turns ({short[0].termination})")
     prompt_len = trajs[0].prompt_len
     gen_kwargs = dict(do_sample=True, temperature=1.0, top_k=0, pad_token_id=tok.pad_token_id)
 
