@@ -31,8 +31,8 @@ Without ``--start`` the start is made by turnrl's warm start (``turnrl train ...
 recipe's ``sft`` section) into ``OUT/warm-start``, and reused from there by later runs with the
 same config; a recipe without SFT starts both sides from ``model.name`` itself. ``--eval-every
 K`` (default: the config's ``eval_every``, else steps/4) sets the checkpoint steps. ``--sides
-trl`` (or ``turnrl``) runs one side; with ``--sides trl`` the table still compares when OUT holds
-a finished turnrl side of the same config.
+trl`` (or ``turnrl``) runs one side; the table still compares both when OUT's ``peer_trl.json``
+holds the other side, finished, from the same config and start (so a side can be rerun alone).
 
 What is the same on both sides
 ------------------------------
@@ -317,13 +317,18 @@ def run_turnrl(cfg: TrainConfig) -> list[Point]:
     return turnrl_points(run)
 
 
-def finished_turnrl(cfg: TrainConfig) -> list[Point]:
-    """The turnrl side of an earlier run of this config in OUT (``--sides trl``), or none."""
-    run = Path(cfg.runs_dir) / cfg.name
-    saved = run / "config.yaml"
-    if not saved.is_file() or yaml.safe_load(saved.read_text()) != cfg.model_dump(mode="json"):
+def earlier_points(out: Path, cfg: TrainConfig, start: str, side: str) -> list[Point]:
+    """The ``side`` of an earlier run in OUT (``--sides`` naming the other), or none: the
+    points of ``OUT/peer_trl.json`` when it ran the same config from the same start to the
+    last step."""
+    try:
+        earlier = json.loads((out / "peer_trl.json").read_text())
+    except (OSError, ValueError):
         return []
-    points = turnrl_points(run)
+    same = earlier.get("start") == start and earlier.get("config") == json.loads(
+        json.dumps(cfg.model_dump(mode="json"))
+    )
+    points = [Point(**p) for p in earlier.get("points", []) if p["side"] == side] if same else []
     return points if max((p.step for p in points), default=-1) == cfg.steps else []
 
 
@@ -852,11 +857,13 @@ def main() -> None:
     log(f"start: {start}; checkpoints at steps {steps}")
     points: list[Point] = []
     turnrl_cfg = rl_config(cfg, start, out, steps, "turnrl")
+    for side in ("turnrl", "trl"):
+        if side not in sides and (earlier := earlier_points(out, cfg, start, side)):
+            log(f"{side}: the finished side in {out / 'peer_trl.json'} (same config and start)")
+            points += earlier
     if "turnrl" in sides:
         points += run_turnrl(turnrl_cfg)
         gc.collect()  # its model and optimizer, before TRL loads its own
-    elif points := finished_turnrl(turnrl_cfg):
-        log(f"turnrl: the finished run in {out / 'turnrl'} (same config)")
     if "trl" in sides:
         points += run_trl(rl_config(cfg, start, out, steps, "trl"), start, out / "trl", steps)
     r = cfg.rollout
@@ -873,7 +880,7 @@ def main() -> None:
         "load_before": load_before,
         "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "eval_episodes": points[0].episodes if points else 0,
-        "config": cfg.model_dump(),
+        "config": cfg.model_dump(mode="json"),
     }
     result: dict[str, Any] = {"points": [asdict(p) for p in points], **meta}
     by_side = {s: [p for p in points if p.side == s] for s in ("turnrl", "trl")}

@@ -210,3 +210,43 @@ def test_quick_run_end_to_end(tmp_path):
         "turnrl reaches" in (out / "peer_trl.md").read_text()
         or "ratio: none" in (out / "peer_trl.md").read_text()
     )
+    # one side rerun alone keeps the other side's finished figures (same config and start)
+    proc = subprocess.run(
+        [*cmd, "--config", str(config), "--out", str(out), "--sides", "turnrl"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "trl: the finished side" in proc.stdout + proc.stderr
+    again = json.loads((out / "peer_trl.json").read_text())
+    trl_points = [p for p in result["points"] if p["side"] == "trl"]
+    assert [p for p in again["points"] if p["side"] == "trl"] == trl_points
+    assert sorted(p["step"] for p in again["points"] if p["side"] == "turnrl") == [0, 1, 2]
+    assert "summary" in again
+
+
+def test_a_side_is_reused_only_from_the_same_config_and_start(bench, tmp_path):
+    cfg = bench.benchmark_config(None, None, SETTINGS, quick=False)
+    points = [
+        {
+            "side": "trl",
+            "step": s,
+            "train_s": 10.0 * s,
+            "success": 0.5,
+            "success_stderr": 0.1,
+            "episodes": 2,
+        }
+        for s in (0, 1, 3)
+    ]
+    saved = {"start": "START", "config": cfg.model_dump(mode="json"), "points": points}
+    (tmp_path / "peer_trl.json").write_text(json.dumps(saved))
+    assert [p.step for p in bench.earlier_points(tmp_path, cfg, "START", "trl")] == [0, 1, 3]
+    assert bench.earlier_points(tmp_path, cfg, "START", "turnrl") == []  # that side never ran
+    assert bench.earlier_points(tmp_path, cfg, "OTHER", "trl") == []
+    other = bench.benchmark_config(None, None, [*SETTINGS, "optim.lr=1e-4"], quick=False)
+    assert bench.earlier_points(tmp_path, other, "START", "trl") == []
+    saved["points"] = points[:2]  # stopped before its last step
+    (tmp_path / "peer_trl.json").write_text(json.dumps(saved))
+    assert bench.earlier_points(tmp_path, cfg, "START", "trl") == []
