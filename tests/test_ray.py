@@ -154,7 +154,9 @@ def test_killed_workers_rerun_then_env_error_and_run_goes_on(cluster, parts):
         for step in (2, 3, 4):
             update(policy, rollouts)
             trajs, m = rollouts.get_batch(step, timeout_s=120)
-            assert len(trajs) == 4
+            # whole groups of 2 until >= 4; on a busy machine the one worker left is slow
+            # enough that a group can lose a member as stale, so 1 + 2 + 2 comes back as 5
+            assert 4 <= len(trajs) <= 5
             later += trajs
 
     assert len(first) == len(rerun) == 4
