@@ -325,9 +325,7 @@ def earlier_points(out: Path, cfg: TrainConfig, start: str, side: str) -> list[P
         earlier = json.loads((out / "peer_trl.json").read_text())
     except (OSError, ValueError):
         return []
-    same = earlier.get("start") == start and earlier.get("config") == json.loads(
-        json.dumps(cfg.model_dump(mode="json"))
-    )
+    same = earlier.get("start") == start and earlier.get("config") == cfg.model_dump(mode="json")
     points = [Point(**p) for p in earlier.get("points", []) if p["side"] == side] if same else []
     return points if max((p.step for p in points), default=-1) == cfg.steps else []
 
