@@ -77,8 +77,9 @@ Where the two setups differ (and cannot be made identical)
 - A reply with no tool call ends a TRL rollout; turnrl shows the model a format error and goes
   on (until ``rollout.max_parse_errors``). A call to an unknown tool is TRL's own error text.
 - Truncations: with ``algo.truncation=zero`` an episode the env did not end scores 0 on both
-  sides. With ``mask`` turnrl drops it from its group; TRL has no such option and keeps it
-  (``mask_truncated_completions`` drops only rollouts cut by the token budget).
+  sides; with ``keep`` it keeps its grade on both. With ``mask`` turnrl drops it from its group;
+  TRL has no such option and keeps it (``mask_truncated_completions`` drops only rollouts cut
+  by the token budget).
 - Token budget: turnrl caps each episode's context at ``rollout.max_context_tokens``; TRL caps the
   completion (every turn and tool result after the prompt) at ``max_completion_length``, set to
   ``max_context_tokens`` minus the longest prompt.

@@ -255,6 +255,9 @@ def test_gae_turn_mask_and_zero():
     zero = compute_advantages("gae_turn", truncation="zero", **kw)
     # row 1 treated as terminated with reward 0: d1 = -.4, d0 = .26 -> A0 = .26 - .72*.4
     torch.testing.assert_close(zero.turns[1], torch.tensor([0.26 - 0.288, -0.4, 0.0]))
+    kept = compute_advantages("gae_turn", truncation="keep", **{**kw, "rewards": torch.ones(2)})
+    # row 1 treated as terminated with its own R=1: d1 = 1 - .4 = .6, d0 = .26 -> A0 = .26 + .72*.6
+    torch.testing.assert_close(kept.turns[1], torch.tensor([0.26 + 0.432, 0.6, 0.0]))
 
 
 def test_truncation_policy_for_group_estimators():
@@ -268,6 +271,11 @@ def test_truncation_policy_for_group_estimators():
     zero = compute_advantages("rloo", truncation="zero", **base)
     # rewards [1, 0, 0, 1, 0]: RLOO = R_i - mean of other four
     torch.testing.assert_close(zero.tokens[:, 2], torch.tensor([0.75, -0.5, -0.5, 0.75, -0.5]))
+    kept = compute_advantages("rloo", truncation="keep", **base)
+    # rewards [1, 0, 0, 1, 5] as graded: R_i - mean of the other four
+    torch.testing.assert_close(kept.tokens[:, 2], torch.tensor([-0.5, -1.75, -1.75, -0.5, 4.5]))
+    with pytest.raises(ValueError, match="'keep'"):
+        compute_advantages("grpo", truncation="drop", **base)
     with pytest.raises(ValueError, match="bootstrap"):
         compute_advantages("grpo", truncation="bootstrap", **base)
     with pytest.raises(ValueError, match="anchor_ids"):

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from turnrl.types import Trajectory
 
 Estimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gigpo", "gae_turn"]
-Truncation = Literal["mask", "zero", "bootstrap"]
+Truncation = Literal["mask", "zero", "keep", "bootstrap"]
 StdKind = Literal["population", "sample"]
 GiGPONorm = Literal["mean_std", "mean"]
 
@@ -522,7 +522,8 @@ def compute_advantages(
 
     Truncation policy (applied to rows where ``truncated``):
       ``mask``: valid_i = 0, the row's advantages are 0 and it is left out of every group/batch
-      statistic; ``zero``: R_i := 0 before any statistic (per-turn rewards are kept);
+      statistic; ``zero``: R_i := 0 before any statistic (per-turn rewards are kept); ``keep``:
+      R_i stands as graded (the grader already judged the state the limit left);
       ``bootstrap``: ``gae_turn`` only: R_i is not added and V_{i,n_i} stands in for the future.
 
     Segments: ``episode_row: [B]`` long maps each row to its episode's first row (rows of one
@@ -554,8 +555,10 @@ def compute_advantages(
         if truncated is None
         else truncated.bool()
     )
-    if truncation not in ("mask", "zero", "bootstrap"):
-        raise ValueError(f"truncation={truncation!r}; expected 'mask', 'zero' or 'bootstrap'")
+    if truncation not in ("mask", "zero", "keep", "bootstrap"):
+        raise ValueError(
+            f"truncation={truncation!r}; expected 'mask', 'zero', 'keep' or 'bootstrap'"
+        )
     if truncation == "bootstrap" and estimator != "gae_turn":
         raise ValueError(
             f"truncation='bootstrap' needs a critic: only valid with estimator='gae_turn', got {estimator!r}"

@@ -170,9 +170,11 @@ class AlgoConfig(Strict):
     eps: float = 1e-6
     # Episodes cut by a limit (turns, context, parse errors). mask: they leave the loss; zero:
     # they score 0 (right when the budget is part of the task, as in the default run; masking
-    # would make running out the clock free); bootstrap: critic value (gae_turn). Env errors,
-    # timeouts and lost episodes are infrastructure failures: always left out of their group.
-    truncation: Literal["mask", "zero", "bootstrap"] = "zero"
+    # would make running out the clock free); keep: they keep their grade (right when the
+    # grader judges the state the limit left, as the tools env's does: held-out success counts
+    # such an episode); bootstrap: critic value (gae_turn). Env errors, timeouts and lost
+    # episodes are infrastructure failures: always left out of their group.
+    truncation: Literal["mask", "zero", "keep", "bootstrap"] = "zero"
     gamma: float | None = Field(None, ge=0, le=1)  # None: 0.95 for gigpo (its paper), else 1
     lam: float = Field(0.95, ge=0, le=1)
     gigpo_weight: float = 1.0
