@@ -21,7 +21,7 @@ class TerminationReason(str, enum.Enum):
     Only ``DONE`` is a *termination* (the task's own end: the agent submitted or the env
     finished). Every other reason is a *truncation*: the episode was cut by a limit outside the
     task, so its final reward says nothing certain about the policy and the trainer decides what
-    it gets (``mask``, ``zero`` or ``bootstrap``).
+    it gets (``mask``, ``zero``, ``keep`` or ``bootstrap``).
     """
 
     DONE = "done"
