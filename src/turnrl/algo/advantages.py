@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import torch
 
@@ -555,10 +555,8 @@ def compute_advantages(
         if truncated is None
         else truncated.bool()
     )
-    if truncation not in ("mask", "zero", "keep", "bootstrap"):
-        raise ValueError(
-            f"truncation={truncation!r}; expected 'mask', 'zero', 'keep' or 'bootstrap'"
-        )
+    if truncation not in get_args(Truncation):
+        raise ValueError(f"truncation={truncation!r}; expected one of {get_args(Truncation)}")
     if truncation == "bootstrap" and estimator != "gae_turn":
         raise ValueError(
             f"truncation='bootstrap' needs a critic: only valid with estimator='gae_turn', got {estimator!r}"
